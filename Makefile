@@ -1,0 +1,45 @@
+# Set-up and everyday jobs. Every target creates .venv on first use.
+PY      ?= python3.11
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+# torch pinned to the CPU build on disk (a looser pin would download a multi-GB CUDA build)
+DEPS    := torch==2.13.0 bpy==5.0.1 "numpy>=1.24" "scipy>=1.10" pytest hypothesis matplotlib
+
+.PHONY: venv test test-fast demo train data eval eval-small bench build clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q $(DEPS)
+	$(VPY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(VPY) -m pytest -q -x tests
+
+demo: $(STAMP)
+	$(VPY) -m engine demo --out demo_out
+
+data: $(STAMP)
+	$(VPY) -m engine generate --out data/train_set --sequences 320 --seed 1
+
+train: data
+	$(VPY) -m engine train --data data/train_set --out runs/default.ckpt --minutes 45
+	cp runs/default.ckpt assets/neurok_default.ckpt
+
+eval-small: $(STAMP)
+	$(VPY) -m engine evalsuite --preset small --out eval_out
+
+eval: $(STAMP)
+	$(VPY) -m engine evalsuite --preset full --out eval_out
+
+bench: $(STAMP)
+	$(VPY) -m engine bench --json eval_out/bench.json
+
+build: $(STAMP)
+	$(VPY) build.py
+
+clean:
+	rm -rf build dist demo_out eval_out

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Stage and zip the NeuROK Blender extension.
+
+    python build.py                              # dist/neurok-0.1.0.zip (no wheels: torch from the user's Python)
+    python build.py --bundle-torch linux-x64     # dist/neurok-0.1.0-linux_x64.zip with torch + scipy wheels
+    python build.py --out-dir /tmp/x --stage-dir /tmp/stage
+
+Staging layout (the zip root):
+    blender_manifest.toml, __init__.py, ... (neurok_blender/*)
+    engine/   the engine package, vendored (imported as `from . import engine`)
+    assets/   default checkpoint, model card, sample meshes
+    wheels/   only with --bundle-torch
+
+The zip is made by Blender's own builder (`blender_ext.py build`, shipped inside the bpy wheel),
+which also validates the manifest. Errors are one line on stderr and a non-zero exit.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+ADDON_SRC = ROOT / "neurok_blender"
+ENGINE_SRC = ROOT / "engine"
+ASSETS_SRC = ROOT / "assets"
+MANIFEST = ROOT / "blender_manifest.toml"
+
+TORCH_PIN = "torch==2.13.0"
+# The reference simulator needs scipy; Blender already ships numpy, so numpy is not bundled.
+EXTRA_PACKAGES = ["scipy"]
+SKIP_WHEELS = ("numpy-",)
+
+# Blender platform name -> pip platform tags (first is preferred) and whether torch exists there.
+PLATFORMS = {
+    "linux-x64": ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"],
+    "linux-arm64": ["manylinux_2_28_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64"],
+    "windows-x64": ["win_amd64"],
+    "windows-arm64": ["win_arm64"],
+    "macos-arm64": ["macosx_11_0_arm64", "macosx_12_0_arm64", "macosx_13_0_arm64", "macosx_14_0_arm64"],
+}
+
+IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".*", "*.egg-info", "tests")
+
+
+class BuildError(Exception):
+    pass
+
+
+def blender_ext_script() -> Path:
+    """Blender's extension builder, shipped inside the bpy wheel (found without importing bpy)."""
+    spec = importlib.util.find_spec("bpy")
+    if spec is None or not spec.submodule_search_locations:
+        raise BuildError("the 'bpy' module is not installed in this Python; run 'make venv' (bpy==5.0.1) first")
+    for base in spec.submodule_search_locations:
+        for candidate in sorted(Path(base).glob("*/scripts/addons_core/bl_pkg/cli/blender_ext.py")):
+            return candidate
+    raise BuildError("Blender's blender_ext.py was not found inside the installed bpy package")
+
+
+def manifest_version() -> str:
+    text = MANIFEST.read_text(encoding="utf-8")
+    m = re.search(r'^version\s*=\s*"([^"]+)"', text, re.M)
+    if not m:
+        raise BuildError(f"{MANIFEST}: no version line")
+    return m.group(1)
+
+
+def stage(stage_dir: Path) -> Path:
+    if stage_dir.exists():
+        shutil.rmtree(stage_dir)
+    stage_dir.mkdir(parents=True)
+    for item in sorted(ADDON_SRC.iterdir()):
+        if item.name.startswith(".") or item.name in ("__pycache__",) or item.name.endswith(".egg-info"):
+            continue
+        if item.is_dir():
+            shutil.copytree(item, stage_dir / item.name, ignore=IGNORE)
+        else:
+            shutil.copy2(item, stage_dir / item.name)
+    if (stage_dir / "engine").exists():
+        raise BuildError("neurok_blender/ must not contain its own 'engine' folder (it is vendored from the repo)")
+    shutil.copytree(ENGINE_SRC, stage_dir / "engine", ignore=IGNORE)
+    assets = stage_dir / "assets"
+    assets.mkdir()
+    if ASSETS_SRC.is_dir():
+        for item in sorted(ASSETS_SRC.iterdir()):
+            if item.name.startswith("."):
+                continue
+            if item.is_dir():
+                if item.name == "samples":
+                    shutil.copytree(item, assets / item.name, ignore=IGNORE)
+            elif item.suffix.lower() in (".ckpt", ".pt", ".md", ".json", ".txt", ".obj", ".ply"):
+                shutil.copy2(item, assets / item.name)
+    shutil.copy2(MANIFEST, stage_dir / "blender_manifest.toml")
+    return stage_dir
+
+
+def download_wheels(platform: str, wheel_dir: Path, python_versions: list[str]) -> list[str]:
+    if platform not in PLATFORMS:
+        raise BuildError(f"unknown platform '{platform}' (one of {', '.join(PLATFORMS)})")
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    for py in python_versions:
+        nodot = py.replace(".", "")
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+               "--only-binary=:all:", "--dest", str(wheel_dir), "--python-version", py,
+               "--implementation", "cp", "--abi", f"cp{nodot}"]
+        for tag in PLATFORMS[platform]:
+            cmd += ["--platform", tag]
+        cmd += [TORCH_PIN, *EXTRA_PACKAGES]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1]
+            raise BuildError(f"could not download {TORCH_PIN} for {platform} (Python {py}): {last}")
+    wheels = []
+    for whl in sorted(wheel_dir.glob("*.whl")):
+        if whl.name.startswith(SKIP_WHEELS):
+            whl.unlink()
+            continue
+        wheels.append(f"./wheels/{whl.name}")
+    if not any(Path(w).name.startswith("torch-") for w in wheels):
+        raise BuildError(f"pip did not produce a torch wheel for {platform}")
+    return wheels
+
+
+def add_wheels_to_manifest(manifest: Path, platform: str, wheels: list[str]) -> None:
+    text = manifest.read_text(encoding="utf-8")
+    block = f'platforms = ["{platform}"]\nwheels = [\n' + "".join(f'  "{w}",\n' for w in wheels) + "]\n\n"
+    m = re.search(r"^\[", text, re.M)  # top-level keys must come before the first table
+    text = text[:m.start()] + block + text[m.start():] if m else text + "\n" + block
+    manifest.write_text(text, encoding="utf-8")
+
+
+def run_blender_ext(args: list[str]) -> str:
+    proc = subprocess.run([sys.executable, str(blender_ext_script()), *args], capture_output=True, text=True)
+    out = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0 or "error" in out.lower().split("\n")[-1]:
+        raise BuildError("Blender's extension builder failed: " + " | ".join(out.splitlines()[-3:]))
+    return out
+
+
+def build(out_dir: Path, stage_dir: Path, bundle: str | None = None, python_versions=("3.11",), verbose=True) -> Path:
+    if not MANIFEST.is_file():
+        raise BuildError(f"{MANIFEST} is missing")
+    version = manifest_version()
+    stage(stage_dir)
+    name = f"neurok-{version}.zip"
+    if bundle:
+        wheels = download_wheels(bundle, stage_dir / "wheels", list(python_versions))
+        add_wheels_to_manifest(stage_dir / "blender_manifest.toml", bundle, wheels)
+        name = f"neurok-{version}-{bundle.replace('-', '_')}.zip"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run_blender_ext(["validate", str(stage_dir)])
+    target = out_dir / name
+    if target.exists():
+        target.unlink()
+    run_blender_ext(["build", "--source-dir", str(stage_dir), "--output-dir", str(out_dir),
+                     "--output-filepath", str(target)])
+    if not target.is_file():
+        raise BuildError(f"the builder did not write {target}")
+    if verbose:
+        print(f"built {target} ({target.stat().st_size / 1e6:.1f} MB)")
+    return target
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="Build the NeuROK Blender extension zip.")
+    p.add_argument("--out-dir", default=str(ROOT / "dist"), help="where the zip goes (default dist/)")
+    p.add_argument("--stage-dir", default=str(ROOT / "build" / "stage"), help="staging folder (default build/stage/)")
+    p.add_argument("--bundle-torch", metavar="PLATFORM", choices=sorted(PLATFORMS),
+                   help="bundle the torch (and scipy) wheels for one platform: " + ", ".join(PLATFORMS))
+    p.add_argument("--python", action="append", dest="pythons", metavar="X.Y",
+                   help="Python version(s) of the wheels (default 3.11, Blender 4.2-5.0); repeat for more")
+    args = p.parse_args(argv)
+    try:
+        build(Path(args.out_dir), Path(args.stage_dir), args.bundle_torch, tuple(args.pythons or ["3.11"]))
+    except BuildError as e:
+        print(f"build.py: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

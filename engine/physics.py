@@ -1,0 +1,24 @@
+"""Physical constants shared by the reference simulator and the learned engine, so both apply
+pins, floor contact and friction by the same law.
+
+Pins and the floor are stiff springs whose stiffness is proportional to the mass they hold:
+k = weight * mass * omega^2. With omega^2 = 1e6 s^-2 (a 160 Hz spring) a firm pin holding its
+own weight sags by g / omega^2 ~ 0.01 mm.
+"""
+PIN_OMEGA2 = 1.0e6        # s^-2, least pin stiffness per kg at pin strength 1.0
+PIN_OVER_MATERIAL = 1.0e3 # a pin is at least this many times stiffer (per kg) than the material
+FLOOR_OMEGA2 = 1.0e5      # s^-2, floor penalty stiffness per kg
+FLOOR_FRICTION = 0.3      # share of tangential sliding resisted per substep while in contact
+
+
+def material_omega2(material: dict, diagonal: float) -> float:
+    """Squared characteristic frequency of a body: stiffness / (density * size^2), in s^-2
+    (Young's modulus / volume density for solids, stretch / areal density for cloth)."""
+    return material["stiffness"] / (material["density"] * max(diagonal, 1e-9) ** 2)
+
+
+def pin_stiffness(pin_weight, vertex_mass, material: dict, diagonal: float):
+    """Spring stiffness (N/m) of each vertex's pin: weight * mass * Omega^2, with Omega^2 large
+    both in absolute terms and against the material, so a firm pin holds against the body."""
+    omega2 = max(PIN_OMEGA2, PIN_OVER_MATERIAL * material_omega2(material, diagonal))
+    return pin_weight * vertex_mass * omega2

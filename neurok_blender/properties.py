@@ -1,0 +1,183 @@
+"""Settings stored in the .blend: `Object.neurok` (material, pins, painted forces, bake record)
+and `Scene.neurok` (engine, floor, frame range). Nothing about a running job is stored here."""
+from __future__ import annotations
+
+import bpy
+from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, FloatVectorProperty,
+                       IntProperty, PointerProperty, StringProperty)
+
+from .engine_link import scene as _scene
+
+PRESETS = _scene.MATERIAL_PRESETS
+PRESET_ITEMS = [
+    ("jelly", "Jelly", "Very soft, wobbly solid (3 kPa)"),
+    ("rubber", "Rubber", "Firm, bouncy solid (100 kPa)"),
+    ("foam", "Foam", "Light, squashy solid that keeps little volume"),
+    ("plush", "Plush", "Soft toy: light and well damped"),
+    ("cloth", "Cloth", "Thin sheet: cotton-like cloth"),
+    ("leather", "Leather", "Thin sheet: heavy, stiff to bend"),
+]
+_KNOWN = {item[0] for item in PRESET_ITEMS}
+PRESET_ITEMS = [item for item in PRESET_ITEMS if item[0] in PRESETS] + [
+    (name, name.title(), "Material preset from the engine") for name in PRESETS if name not in _KNOWN]
+
+SLIDERS = ("stiffness", "density", "poisson", "damping", "air_damping", "bending")
+
+
+def _apply_preset(self, context):
+    values = PRESETS.get(self.preset)
+    if not values:
+        return
+    for key in SLIDERS:
+        if key in values:
+            setattr(self, key, float(values[key]))
+
+
+class NeurokForce(bpy.types.PropertyGroup):
+    """One painted force: a vertex group pushed with an acceleration over time."""
+    enabled: BoolProperty(name="Enabled", default=True, description="Apply this force")
+    vertex_group: StringProperty(
+        name="Vertex Group",
+        description="Where the force acts: the group's weights scale it per vertex (paint them in Weight Paint mode)")
+    strength: FloatProperty(
+        name="Strength", default=10.0, soft_min=-200.0, soft_max=200.0, unit='ACCELERATION',
+        description="Acceleration in m/s² at weight 1 (gravity is 9.81). With the Keyframed profile, "
+                    "key this value (I over the field) and NeuROK samples its curve every frame")
+    direction_mode: EnumProperty(
+        name="Direction", default='VECTOR',
+        items=[('VECTOR', "Vector", "A fixed direction in world space"),
+               ('OBJECT', "Object Axis", "An axis of another object (follows its animated rotation), "
+                                         "like aiming a Wind field")])
+    direction: FloatVectorProperty(name="Vector", size=3, default=(1.0, 0.0, 0.0), subtype='XYZ',
+                                   description="Direction of the force in world space (its length is ignored)")
+    direction_object: PointerProperty(name="Object", type=bpy.types.Object,
+                                      description="Object whose axis gives the direction, frame by frame")
+    axis: EnumProperty(name="Axis", default='POS_Z',
+                       items=[('POS_X', "+X", ""), ('POS_Y', "+Y", ""), ('POS_Z', "+Z", ""),
+                              ('NEG_X', "-X", ""), ('NEG_Y', "-Y", ""), ('NEG_Z', "-Z", "")])
+    profile: EnumProperty(
+        name="Profile", default='CONSTANT',
+        items=[('CONSTANT', "Constant", "Full strength from Start to End"),
+               ('IMPULSE', "Impulse", "A short push lasting Duration frames from Start (a poke)"),
+               ('SINE', "Sine", "Strength × sin(2π·frequency·time) from Start to End (gusts, shaking)"),
+               ('KEYFRAMED', "Keyframed", "Strength follows its own F-curve: key the Strength value over time")])
+    frame_start: IntProperty(name="Start", default=1, description="First frame the force acts (scene frame)")
+    frame_end: IntProperty(name="End", default=250, description="Frame the force stops (scene frame)")
+    duration: IntProperty(name="Duration", default=1, min=1, description="Frames an impulse lasts")
+    frequency: FloatProperty(name="Frequency", default=1.0, min=0.001, soft_max=10.0,
+                             description="Oscillations per second for the Sine profile")
+
+
+class NeurokBake(bpy.types.PropertyGroup):
+    """What the last bake wrote (read back to free it, to detect topology changes, to show the OOD score)."""
+    kind: EnumProperty(name="Bake", default='NONE',
+                       items=[('NONE', "None", ""), ('CACHE', "Mesh Cache", ""), ('SHAPE_KEYS', "Shape Keys", "")])
+    cache_path: StringProperty(name="Cache File", subtype='FILE_PATH',
+                               description="PC2 file written by the last Mesh Cache bake")
+    frame_start: IntProperty(name="First Frame")
+    frames: IntProperty(name="Frames")
+    vertex_count: IntProperty(name="Vertices")
+    topology: StringProperty(name="Topology Hash")
+    engine: StringProperty(name="Engine")
+    seconds: FloatProperty(name="Seconds")
+    owns_basis: BoolProperty(name="Owns Basis", description="NeuROK created the Basis shape key")
+    shape_key_mode: StringProperty(name="Shape Key Mode")
+    ood_score: FloatProperty(name="OOD Score", default=-1.0)
+    ood_level: StringProperty(name="OOD Level")
+    ood_message: StringProperty(name="OOD Message")
+
+
+class NeurokObjectSettings(bpy.types.PropertyGroup):
+    preset: EnumProperty(name="Material", items=PRESET_ITEMS, default="rubber", update=_apply_preset,
+                         description="Starting point for the sliders below (choosing one resets them)")
+    stiffness: FloatProperty(
+        name="Stiffness", default=PRESETS["rubber"]["stiffness"], min=1e-3, soft_min=10.0, soft_max=1e7, precision=1,
+        description="Resistance to stretching. Solids: Young's modulus in Pa (jelly 3 kPa, rubber 100 kPa); cloth: "
+                    "stretch stiffness in N/m. Like Cloth Tension/Compression or Soft Body Edges Pull/Push, but "
+                    "physical: doubling it halves the sag and wobbles √2 faster")
+    density: FloatProperty(
+        name="Density", default=PRESETS["rubber"]["density"], min=1e-4, soft_max=5000.0, precision=3,
+        description="Solids: kg/m³ (water 1000); cloth: kg/m² (cotton 0.2). Replaces Cloth/Soft Body Vertex Mass; "
+                    "heavier means slower wobbles, not faster falling")
+    poisson: FloatProperty(
+        name="Volume Preservation", default=PRESETS["rubber"]["poisson"], min=0.0, max=0.495, precision=3,
+        description="Poisson ratio: 0 lets the volume shrink when squashed (foam), 0.45+ keeps it (rubber, jelly bulge "
+                    "sideways). Plays the part of Soft Body/Cloth pressure and volume options")
+    damping: FloatProperty(
+        name="Damping", default=PRESETS["rubber"]["damping"], min=0.0, soft_max=0.2, precision=4, step=0.1,
+        description="Internal damping in seconds (stiffness-proportional): how fast wobbles die out. "
+                    "Like Cloth Damping Tension/Compression or Soft Body Edges Damp")
+    air_damping: FloatProperty(
+        name="Air Viscosity", default=PRESETS["rubber"].get("air_damping", 0.0), min=0.0, soft_max=10.0, precision=3,
+        description="Damping of all motion (1/s), like Cloth Physical Properties > Air Viscosity")
+    bending: FloatProperty(
+        name="Bending", default=1e-4, min=0.0, soft_max=0.1, precision=6, step=0.001,
+        description="Cloth only: resistance to folding in N·m, like Cloth Stiffness > Bending (leather high, silk low)")
+
+    pin_group: StringProperty(
+        name="Pin Group",
+        description="Vertex group that holds vertices in place (weight 1 = held), like Cloth Shape > Pin Group "
+                    "or Soft Body Goal")
+    pin_strength: FloatProperty(
+        name="Pin Strength", default=1.0, min=0.001, soft_max=10.0,
+        description="1 is a firm pin, larger is stiffer, smaller lets pinned vertices sag (like Pin Stiffness)")
+    pin_target: PointerProperty(
+        name="Pin Target", type=bpy.types.Object,
+        description="Optional object whose animated location moves the pinned vertices (its motion from the first "
+                    "frame is added to them), like hooking the pin group to an empty")
+
+    forces: CollectionProperty(type=NeurokForce)
+    active_force: IntProperty(name="Active Force", default=0)
+
+    use_force_fields: BoolProperty(
+        name="Scene Force Fields", default=True,
+        description="Apply the scene's Wind and Force field objects (like Cloth Field Weights)")
+    field_influence: FloatProperty(
+        name="Field Influence", default=1.0, min=0.0, soft_max=10.0,
+        description="Scales every force field's effect on this object; a field's Strength is read as m/s²")
+    initial_velocity: FloatVectorProperty(name="Initial Velocity", size=3, subtype='VELOCITY', unit='VELOCITY',
+                                          description="Velocity of every vertex at the first frame (world space, m/s)")
+
+    bake: PointerProperty(type=NeurokBake)
+
+
+class NeurokSceneSettings(bpy.types.PropertyGroup):
+    engine: EnumProperty(
+        name="Engine", default='NEUROK',
+        items=[('NEUROK', "Learned (NeuROK)", "The learned latent engine: fast, approximate; shows how far the "
+                                             "setup is from what it was trained on"),
+               ('REFERENCE', "Reference (exact, slow)", "The full finite-element / cloth simulator the learned "
+                                                        "engine was trained against")])
+    model_path: StringProperty(name="Model", subtype='FILE_PATH',
+                               description="Checkpoint of the learned engine; empty uses the bundled model")
+    use_floor: BoolProperty(name="Floor", default=False, description="A ground plane objects cannot fall through")
+    floor_height: FloatProperty(name="Height", default=0.0, unit='LENGTH', description="Floor height (world Z)")
+    use_scene_range: BoolProperty(name="Scene Frame Range", default=True,
+                                  description="Simulate the scene's frame range; off: use the range below")
+    frame_start: IntProperty(name="Start", default=1, min=0)
+    frame_end: IntProperty(name="End", default=120, min=1)
+    shape_key_mode: EnumProperty(
+        name="Shape Keys", default='ABSOLUTE',
+        items=[('ABSOLUTE', "Absolute", "One shape key per frame played by a single linear Evaluation Time curve "
+                                        "(fast; only when the mesh has no shape keys of its own)"),
+               ('RELATIVE', "Relative", "One relative key per frame keyed 0/1/0 (mixes with your own keys; slow "
+                                        "beyond a few hundred frames)")])
+    specialize_minutes: FloatProperty(name="Minutes", default=1.0, min=0.1, soft_max=30.0,
+                                      description="Time spent fine-tuning the model on this object")
+
+
+classes = (NeurokForce, NeurokBake, NeurokObjectSettings, NeurokSceneSettings)
+
+
+def register():
+    for cls in classes:
+        bpy.utils.register_class(cls)
+    bpy.types.Object.neurok = PointerProperty(type=NeurokObjectSettings)
+    bpy.types.Scene.neurok = PointerProperty(type=NeurokSceneSettings)
+
+
+def unregister():
+    del bpy.types.Scene.neurok
+    del bpy.types.Object.neurok
+    for cls in reversed(classes):
+        bpy.utils.unregister_class(cls)
