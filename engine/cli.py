@@ -1,0 +1,204 @@
+"""The `neurok` command line (also `python -m engine`). See DESIGN.md section 4.
+
+A user's mistake ends with one line on stderr and exit status 2; no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .formats import NeurokError, atomic_write_text, read_mesh, read_scene, read_sequence, write_pc2, write_sequence
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="neurok", description="NeuROK: learned latent Lagrangian dynamics for meshes")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("simulate", help="run a scene on a mesh, or replay a recorded sequence")
+    src = s.add_mutually_exclusive_group(required=True)
+    src.add_argument("--mesh", help="mesh file (.obj, .ply, .npz)")
+    src.add_argument("--replay", help="sequence file whose recorded setup is run again")
+    s.add_argument("--scene", help="scene file (neurok.scene/1 .json); needed with --mesh")
+    s.add_argument("--engine", choices=("neurok", "reference"), default="neurok")
+    s.add_argument("--model", help="checkpoint (default: the bundled model)")
+    s.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    s.add_argument("--out", required=True, help="output .npz (neurok.sequence/1) or .pc2")
+
+    g = sub.add_parser("generate", help="make training sequences with the reference simulator")
+    g.add_argument("--out", required=True)
+    g.add_argument("--sequences", type=_positive_int, required=True)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--shard", help="I/N: make only sequences i with i %% N == I")
+    g.add_argument("--frames", type=_positive_int, default=64)
+    g.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1)
+
+    t = sub.add_parser("train", help="train or fine-tune a model on sequences")
+    t.add_argument("--data", required=True)
+    t.add_argument("--out", required=True)
+    t.add_argument("--init", help="checkpoint to start from (fine-tuning)")
+    budget = t.add_mutually_exclusive_group()
+    budget.add_argument("--steps", type=_positive_int)
+    budget.add_argument("--minutes", type=_positive_float)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--latent", type=_positive_int, default=None, help="latent size (new models only)")
+
+    e = sub.add_parser("eval", help="measure a model against ground-truth sequences")
+    e.add_argument("--model", required=True)
+    e.add_argument("--data", required=True)
+    e.add_argument("--json", required=True)
+    e.add_argument("--max-sequences", type=_positive_int, default=None)
+
+    b = sub.add_parser("bench", help="speed of the learned engine against the reference simulator")
+    b.add_argument("--json", required=True)
+    b.add_argument("--model")
+    b.add_argument("--sizes", default="1000,10000,100000")
+    b.add_argument("--frames", type=_positive_int, default=24)
+
+    sp = sub.add_parser("specialize", help="fine-tune the model for one mesh with the reference simulator")
+    sp.add_argument("--mesh", required=True)
+    sp.add_argument("--minutes", type=_positive_float, default=5.0)
+    sp.add_argument("--model")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--kind", choices=("solid", "cloth"), default=None)
+
+    d = sub.add_parser("demo", help="the main job: bake the bundled samples in Blender (headless)")
+    d.add_argument("--out", default="demo_out")
+    d.add_argument("--engine", choices=("neurok", "reference"), default=None)
+
+    ev = sub.add_parser("evalsuite", help="regenerate docs/EVALUATION.md (small or full preset)")
+    ev.add_argument("--preset", choices=("small", "full"), default="small")
+    ev.add_argument("--out", default="eval_out")
+    ev.add_argument("--model")
+    return p
+
+
+def cmd_simulate(args):
+    from .api import SimulationFault, open_engine
+    from .scene import setup_from_scene, setup_from_sequence
+    if args.mesh:
+        if not args.scene:
+            raise NeurokError("simulate --mesh needs --scene SCENE.json")
+        setup = setup_from_scene(read_mesh(args.mesh), read_scene(args.scene), where=args.scene)
+    else:
+        if args.scene:
+            raise NeurokError("--scene cannot be combined with --replay (the sequence records its own setup)")
+        setup = setup_from_sequence(read_sequence(args.replay))
+    out = Path(args.out)
+    if out.suffix.lower() not in (".npz", ".pc2"):
+        raise NeurokError(f"--out must end in .npz or .pc2, got '{out.name}'")
+    from .progress import ProgressBar
+    engine = open_engine(args.engine, args.model, args.device)
+    t0 = time.perf_counter()
+    run = engine.prepare(setup)
+    if run.ood and run.ood.get("level") != "ok":
+        print(f"warning: {run.ood['message']}", file=sys.stderr)
+    bar = ProgressBar(setup.frames, f"simulate ({args.engine})")
+    try:
+        positions = run.bake(progress=lambda done, total: bar.update(done=done))
+    except SimulationFault as fault:
+        bar.close()
+        if fault.positions is not None and len(fault.positions):
+            _write_frames(out, setup, fault.positions, args.engine)
+        raise NeurokError(f"{fault} (frames before it were written to {out})") from None
+    bar.close()
+    _write_frames(out, setup, positions, args.engine)
+    seconds = time.perf_counter() - t0
+    print(f"wrote {len(positions)} frames of {setup.num_vertices} vertices to {out} "
+          f"in {seconds:.2f} s ({1000 * seconds / max(1, len(positions) - 1):.1f} ms/frame, engine {args.engine})")
+
+
+def _write_frames(out, setup, positions, engine):
+    if out.suffix.lower() == ".pc2":
+        write_pc2(out, positions, start_frame=0.0, sample_rate=1.0)
+    else:
+        write_sequence(out, setup.to_sequence(positions, {"source": "neurok simulate", "engine": engine}))
+
+
+def cmd_generate(args):
+    from .generate import generate
+    result = generate(args.out, args.sequences, args.seed, args.shard, args.workers, args.frames)
+    rate = result["sequences_per_minute"]
+    print(f"wrote {result['written']} sequences to {args.out} in {result['seconds']:.1f} s"
+          + (f" ({rate:.1f} sequences/minute)" if rate else "") + f"; index {result['index']}")
+
+
+def cmd_train(args):
+    from .train import train
+    train(args.data, args.out, init=args.init, steps=args.steps, minutes=args.minutes, seed=args.seed, latent=args.latent)
+
+
+def cmd_eval(args):
+    from .evaluate import evaluate_command
+    evaluate_command(args.model, args.data, args.json, args.max_sequences)
+
+
+def cmd_bench(args):
+    from .bench import bench_command
+    bench_command(args.json, args.model, [int(s) for s in args.sizes.split(",")], args.frames)
+
+
+def cmd_specialize(args):
+    from .specialize import specialize
+    path = specialize(read_mesh(args.mesh), minutes=args.minutes, out=args.out, model=args.model, kind=args.kind)
+    print(f"wrote specialised model to {path}")
+
+
+def cmd_demo(args):
+    # the demo drives Blender (bpy); it lives with the add-on, the engine itself never imports bpy
+    try:
+        from neurok_blender import demo
+    except ImportError as e:
+        raise NeurokError(f"the demo needs Blender's Python module (pip install bpy==5.0.1): {e}") from None
+    demo.main(args.out, engine=args.engine)
+
+
+def cmd_evalsuite(args):
+    from .evalsuite import run_suite
+    run_suite(args.preset, args.out, args.model)
+
+
+COMMANDS = {"simulate": cmd_simulate, "generate": cmd_generate, "train": cmd_train, "eval": cmd_eval,
+            "bench": cmd_bench, "specialize": cmd_specialize, "demo": cmd_demo, "evalsuite": cmd_evalsuite}
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        COMMANDS[args.command](args)
+    except NeurokError as e:
+        print(f"neurok {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"neurok {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""Training data: random shapes under random scenes, simulated by the reference simulator.
+
+Sequence i of a data set made with seed S draws everything from `default_rng([S, i])`, so a
+data set is the same whichever shards or workers made it. Each sequence records its split:
+`heldout` for shape families the model never trains on, `validation` (10% of the rest) and
+`train`. The index files (`index.json`, or `index-I-of-N.json` per shard) list every sequence.
+An interrupted run is resumed by running the same command again: finished files are kept.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from .formats import NeurokError, atomic_write_text, read_sequence, write_sequence
+from .progress import ProgressBar
+from .reference import ReferenceSimulator
+from .scene import Setup, resolve_material, setup_from_scene
+from .shapes import FAMILIES, SHEET_FAMILIES, make_shape
+
+HELDOUT_FAMILIES = ("capsule", "torus")
+VALIDATION_SHARE = 0.1
+SCENARIOS = ("drop", "push", "poke", "wind", "squeeze", "twist", "swing")
+GENERATOR_LATTICE = 8          # coarser than the default reference: training data in minutes
+GENERATOR_SUBSTEP = 1.0 / 48.0
+
+
+def log_uniform(rng, lo, hi):
+    return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+
+def random_material(rng, kind):
+    if kind == "cloth":
+        return resolve_material({"kind": "cloth", "stiffness": log_uniform(rng, 1e3, 3e4),
+                                 "density": log_uniform(rng, 0.1, 1.0), "bending": log_uniform(rng, 1e-5, 3e-3),
+                                 "damping": log_uniform(rng, 0.001, 0.02), "air_damping": rng.uniform(0.0, 0.5)})
+    return resolve_material({"kind": "solid", "stiffness": log_uniform(rng, 2e3, 2e5),
+                             "density": log_uniform(rng, 100.0, 1500.0), "poisson": rng.uniform(0.2, 0.45),
+                             "damping": log_uniform(rng, 0.001, 0.03), "air_damping": rng.uniform(0.0, 0.5)})
+
+
+def _box(lo, hi):
+    return {"box": {"min": list(lo), "max": list(hi)}}
+
+
+def _pin_side(rng):
+    """A slab at one end of one axis, in normalised bounding-box coordinates."""
+    axis, side = int(rng.integers(3)), int(rng.integers(2))
+    width = rng.uniform(0.05, 0.2)
+    lo, hi = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
+    if side == 0:
+        hi[axis] = width
+    else:
+        lo[axis] = 1.0 - width
+    return axis, side, _box(lo, hi)
+
+
+def _random_direction(rng):
+    v = rng.normal(size=3)
+    return v / np.linalg.norm(v)
+
+
+def random_scene(rng, mesh, kind, frames, dt):
+    """A random scenario of one of SCENARIOS, as a `neurok.scene/1` dict (plus its name)."""
+    scenario = str(rng.choice(SCENARIOS if kind == "solid" else ("drop", "push", "wind", "swing", "poke")))
+    scene = {"format": "neurok.scene/1", "frames": frames, "dt": dt, "gravity": [0.0, 0.0, -9.81],
+             "material": random_material(rng, kind), "pins": [], "forces": [], "floor": None,
+             "initial": {"velocity": [0.0, 0.0, 0.0]}}
+    size = float(np.linalg.norm(np.ptp(mesh.vertices, axis=0)))
+    zmin = float(mesh.vertices[:, 2].min())
+    whole = _box([0, 0, 0], [1, 1, 1])
+    strength = lambda lo, hi: log_uniform(rng, lo, hi)  # noqa: E731
+    if scenario == "drop":
+        scene["floor"] = {"z": zmin - rng.uniform(0.0, 0.5) * size}
+        v = rng.normal(size=3) * rng.uniform(0.0, 1.0)
+        scene["initial"]["velocity"] = [float(v[0]), float(v[1]), -abs(float(v[2]))]
+    elif scenario == "push":
+        _, _, pin = _pin_side(rng)
+        scene["pins"].append({"select": pin, "strength": 1.0})
+        a = _random_direction(rng) * strength(2.0, 30.0)
+        scene["forces"].append({"select": whole, "accel": a.tolist(),
+                                "profile": {"type": "constant", "start": int(rng.integers(0, 5)),
+                                            "end": int(rng.integers(frames // 4, frames))}})
+    elif scenario == "poke":
+        if rng.random() < 0.5:
+            _, _, pin = _pin_side(rng)
+            scene["pins"].append({"select": pin, "strength": 1.0})
+        else:
+            scene["floor"] = {"z": zmin}
+        c = rng.uniform(0.0, 1.0, size=3).tolist()
+        a = _random_direction(rng) * strength(20.0, 300.0)
+        scene["forces"].append({"select": {"sphere": {"center": c, "radius": float(rng.uniform(0.2, 0.5))}},
+                                "accel": a.tolist(), "profile": {"type": "impulse", "start": int(rng.integers(0, 6))}})
+    elif scenario == "wind":
+        _, _, pin = _pin_side(rng)
+        scene["pins"].append({"select": pin, "strength": 1.0})
+        a = _random_direction(rng) * strength(2.0, 20.0)
+        scene["forces"].append({"select": whole, "accel": a.tolist(),
+                                "profile": {"type": "sine", "start": 0, "frequency": rng.uniform(0.3, 2.0)}})
+    elif scenario == "squeeze":
+        axis = int(rng.integers(3))
+        lo_box, hi_box = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
+        hi_box[axis] = 0.25
+        a = np.zeros(3); a[axis] = strength(5.0, 60.0)
+        scene["floor"] = {"z": zmin}
+        end = int(rng.integers(frames // 4, frames))
+        scene["forces"].append({"select": _box(lo_box, hi_box), "accel": a.tolist(), "profile": {"type": "constant", "end": end}})
+        lo2, hi2 = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
+        lo2[axis] = 0.75
+        scene["forces"].append({"select": _box(lo2, hi2), "accel": (-a).tolist(), "profile": {"type": "constant", "end": end}})
+    elif scenario == "twist":
+        axis, side, pin = _pin_side(rng)
+        scene["pins"].append({"select": pin, "strength": 1.0})
+        scene["twist"] = {"axis": axis, "side": side, "accel": strength(5.0, 50.0),
+                          "end": int(rng.integers(frames // 4, frames))}
+    elif scenario == "swing":
+        _, _, pin = _pin_side(rng)
+        scene["pins"].append({"select": pin, "strength": 1.0})
+        scene["initial"]["velocity"] = (_random_direction(rng) * rng.uniform(0.2, 2.0)).tolist()
+    return scenario, scene
+
+
+def twist_accelerations(setup: Setup, twist: dict) -> np.ndarray:
+    """Per-frame accelerations of a twist: tangential about the pin axis, growing with distance
+    from the pinned side, on for frames [0, end)."""
+    rest = setup.rest
+    axis = twist["axis"]
+    centre = 0.5 * (rest.min(axis=0) + rest.max(axis=0))
+    r = rest - centre
+    r[:, axis] = 0.0
+    e = np.zeros(3); e[axis] = 1.0
+    tangential = np.cross(e, r)
+    span = np.ptp(rest[:, axis]) or 1.0
+    reach = (rest[:, axis] - rest[:, axis].min()) / span
+    if twist["side"] == 1:
+        reach = 1.0 - reach
+    a = twist["accel"] * tangential / max(np.linalg.norm(tangential, axis=1).max(), 1e-9) * reach[:, None]
+    table = np.zeros((setup.frames, len(rest), 3))
+    table[: twist["end"]] = a
+    return table
+
+
+def make_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.0, target_vertices=(300, 1200)):
+    """Build and simulate sequence `index` of a data set; returns (Sequence, index entry)."""
+    rng = np.random.default_rng([seed, index])
+    family = str(rng.choice(FAMILIES))
+    kind = "cloth" if family in SHEET_FAMILIES else "solid"
+    mesh = make_shape(family, rng, int(rng.integers(*target_vertices)))
+    scenario, scene = random_scene(rng, mesh, kind, frames, dt)
+    twist = scene.pop("twist", None)
+    setup = setup_from_scene(mesh, scene)
+    if twist is not None:
+        setup.accel_table = twist_accelerations(setup, twist)
+    split = "heldout" if family in HELDOUT_FAMILIES else ("validation" if rng.random() < VALIDATION_SHARE else "train")
+    sim = ReferenceSimulator(setup, lattice_cells=GENERATOR_LATTICE, substep=GENERATOR_SUBSTEP)
+    positions = np.stack(list(sim.iter_frames()))
+    setup.vertex_mass = sim.vertex_mass
+    meta = {"source": "neurok generate", "simulator": "reference", "seed": seed, "index": index,
+            "family": family, "scenario": scenario, "split": split}
+    seq = setup.to_sequence(positions, meta)
+    entry = {"file": f"seq_{index:05d}.npz", "family": family, "scenario": scenario, "split": split,
+             "kind": kind, "vertices": int(len(mesh.vertices)), "frames": frames}
+    return seq, entry
+
+
+def _worker(args):
+    out, seed, index, frames, dt = args
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    t0 = time.perf_counter()
+    seq, entry = make_sequence(seed, index, frames, dt)
+    if not np.all(np.isfinite(seq.positions)):
+        raise NeurokError(f"sequence {index} produced NaN")
+    write_sequence(Path(out) / entry["file"], seq)
+    entry["seconds"] = round(time.perf_counter() - t0, 3)
+    return entry
+
+
+def parse_shard(text: str | None):
+    if not text:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise NeurokError(f"--shard must look like I/N (e.g. 0/4), got '{text}'") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise NeurokError(f"--shard {text}: need 0 <= I < N")
+    return i, n
+
+
+def generate(out, sequences: int, seed: int, shard: str | None = None, workers: int = 1,
+             frames: int = 64, dt: float = 1.0 / 24.0, quiet: bool = False) -> dict:
+    """Write sequences [shard part of 0..sequences) to `out` with an index file; resumable."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    i, n = parse_shard(shard)
+    index_path = out / ("index.json" if n == 1 else f"index-{i}-of-{n}.json")
+    entries = {}
+    if index_path.is_file():
+        for e in json.loads(index_path.read_text())["sequences"]:
+            if (out / e["file"]).is_file():
+                entries[e["file"]] = e
+    todo = [k for k in range(i, sequences, n) if f"seq_{k:05d}.npz" not in entries]
+    bar = None if quiet else ProgressBar(len(todo), "generate")
+    t0 = time.perf_counter()
+    jobs = [(str(out), seed, k, frames, dt) for k in todo]
+
+    def record(entry):
+        entries[entry["file"]] = entry
+        _write_index(index_path, seed, sequences, shard, entries)
+        if bar:
+            bar.update(1, postfix=f"{entry['family']}/{entry['scenario']}")
+
+    if workers > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for entry in pool.map(_worker, jobs):
+                record(entry)
+    else:
+        for job in jobs:
+            record(_worker(job))
+    if bar:
+        bar.close()
+    elapsed = time.perf_counter() - t0
+    _write_index(index_path, seed, sequences, shard, entries)
+    return {"written": len(todo), "seconds": elapsed, "index": str(index_path),
+            "sequences_per_minute": 60.0 * len(todo) / elapsed if todo and elapsed > 0 else None}
+
+
+def _write_index(path, seed, sequences, shard, entries):
+    body = {"format": "neurok.dataset/1", "seed": seed, "sequences": sorted(entries.values(), key=lambda e: e["file"]),
+            "total": sequences, "shard": shard or "0/1", "heldout_families": list(HELDOUT_FAMILIES)}
+    atomic_write_text(path, json.dumps(body, indent=1))
+
+
+def load_index(data_dir) -> list[dict]:
+    """All sequences listed by the index files of a data folder (any shards). A folder of bare
+    sequence files with no index (e.g. baked in Blender) counts as all `train`."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise NeurokError(f"{data_dir}: no such data folder")
+    entries = {}
+    for p in sorted(data_dir.glob("index*.json")):
+        try:
+            for e in json.loads(p.read_text())["sequences"]:
+                entries[e["file"]] = e
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise NeurokError(f"{p}: not a readable index file") from None
+    if not entries:
+        for f in sorted(data_dir.glob("*.npz")):
+            meta = read_sequence(f).meta
+            entries[f.name] = {"file": f.name, "split": meta.get("split", "train"),
+                               "family": meta.get("family", "imported"), "scenario": meta.get("scenario", "imported")}
+    if not entries:
+        raise NeurokError(f"{data_dir}: no sequences found (no index*.json and no .npz files)")
+    return [dict(e, path=str(data_dir / e["file"])) for e in sorted(entries.values(), key=lambda e: e["file"])]
