@@ -192,8 +192,10 @@ def dofs3(idx):
 
 
 class CorotatedFEM:
-    """Corotated linear elasticity on tetrahedra; Hessian approximated without the rotation
-    derivative (always positive semi-definite, so Newton never needs a fix-up)."""
+    """Corotated linear elasticity on tetrahedra. The Hessian includes the derivative of the
+    rotation (McAdams et al. 2011) and is projected to positive semi-definite per element, so
+    Newton converges fast even when the motion is mostly rotation (bending), and Rayleigh
+    damping built from it does not resist rigid rotation."""
 
     def __init__(self, nodes, tets, young, poisson):
         self.tets = tets
@@ -254,8 +256,37 @@ class CorotatedFEM:
         if not need_hess:
             return energy, grad, None
         r = np.einsum("tki,tk->ti", self.G, R.reshape(-1, 9))
-        blocks = self.K0 + self.lam * self.vol[:, None, None] * r[:, :, None] * r[:, None, :]
+        g_twist, tau = self.twist_modes(F, R, tr)
+        blocks = self.K0 + self.vol[:, None, None] * (
+            self.lam * r[:, :, None] * r[:, None, :]
+            + np.transpose(g_twist, (0, 2, 1)) @ ((tau - 2.0 * self.mu)[:, :, None] * g_twist))
         return energy, grad, self.assembler.assemble(blocks)
+
+    def twist_modes(self, F, R, tr):
+        """The rotation-derivative part of the Hessian, in closed form and clamped.
+
+        dP/dF = 2 mu I + lam r r^T + (lam (tr S - 3) - 2 mu) dR/dF, r = vec(R). dR/dF acts only on
+        the three twist directions dF = R [u]x / sqrt(2), where it is 2 (tr(S) I - S)^-1
+        (S = R^T F; the eigenvalues of tr(S) I - S are the pairwise sums of singular values).
+        So dP/dF has eigenvalues 2 mu + 2 coef / (s_j + s_k) on the twists, 2 mu + 3 lam on r and
+        2 mu elsewhere; the twist ones are clamped at zero (compression can make them negative).
+        Returns the twist directions mapped to node coordinates [T,3,12] and their clamped
+        eigenvalues [T,3]."""
+        S = np.transpose(R, (0, 2, 1)) @ F
+        S = 0.5 * (S + np.transpose(S, (0, 2, 1)))
+        A = np.einsum("tii->t", S)[:, None, None] * np.eye(3) - S
+        a_val, a_vec = np.linalg.eigh(A)
+        scale = np.linalg.norm(F, axis=(1, 2)) / np.sqrt(3.0)
+        a_val = np.maximum(a_val, 1e-2 * np.maximum(scale, 1e-12)[:, None])   # inverted elements
+        coef = self.lam * tr - 2.0 * self.mu
+        tau = np.maximum(2.0 * self.mu + 2.0 * coef[:, None] / a_val, 0.0)
+        q = np.transpose(a_vec, (0, 2, 1))                                     # [T,k,3]
+        zero = np.zeros_like(q[..., 0])
+        qx = np.stack([np.stack([zero, -q[..., 2], q[..., 1]], -1),
+                       np.stack([q[..., 2], zero, -q[..., 0]], -1),
+                       np.stack([-q[..., 1], q[..., 0], zero], -1)], axis=-2)  # [T,k,3,3]
+        t = (R[:, None] @ qx).reshape(len(F), 3, 9) / np.sqrt(2.0)
+        return t @ self.G, tau
 
 
 class ClothModel:
@@ -381,10 +412,20 @@ class ReferenceSimulator:
     def _fit_dofs(self, x):
         if self.W.shape[0] == self.W.shape[1] and (self.W != sp.identity(self.W.shape[0])).nnz == 0:
             return np.asarray(x, dtype=np.float64).copy()
-        # minimal change from the rest lattice that matches the vertices
+        # The affine part of the vertex displacement moves every lattice node (trilinear
+        # interpolation reproduces affine fields exactly, so a translation or rotation of the
+        # vertices is matched everywhere, including interior nodes no vertex touches); the
+        # remainder is matched by the minimal change of the nodes.
+        rest = np.asarray(self.setup.rest, dtype=np.float64)
+        u = np.asarray(x, dtype=np.float64) - rest
+        c = rest.mean(axis=0)
+        P = np.hstack([rest - c, np.ones((len(rest), 1))])
+        affine, *_ = np.linalg.lstsq(P, u, rcond=None)
+        node_u = np.hstack([self.rest_dofs - c, np.ones((len(self.rest_dofs), 1))]) @ affine
+        residual = u - np.asarray(self.W @ node_u)
         A = (self.W.T @ self.W + 1e-8 * sp.identity(self.W.shape[1])).tocsc()
-        b = self.W.T @ (np.asarray(x) - self.setup.rest)
-        return self.rest_dofs + spla.spsolve(A, b).reshape(-1, 3)
+        b = self.W.T @ residual
+        return self.rest_dofs + node_u + spla.spsolve(A, b).reshape(-1, 3)
 
     # ----- energies on DOFs y [n,3]; each returns (energy, gradient [3n], Hessian or None)
 

@@ -1,0 +1,58 @@
+"""Checkpoints: weights + config + metadata, loaded without running code.
+
+A checkpoint is a `torch.save` of plain tensors, numbers and strings only, read back with
+`torch.load(weights_only=True)`, which refuses pickled objects: a crafted file cannot execute
+code. The `format` entry is checked before anything else is used.
+"""
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import zipfile
+from pathlib import Path
+
+import torch
+
+from .formats import FormatError, atomic_write_bytes
+from .model import ModelConfig, NeurokModel
+
+CHECKPOINT_FORMAT = "neurok.checkpoint/1"
+
+
+def save_checkpoint(path, model: NeurokModel, meta: dict | None = None, extra: dict | None = None) -> None:
+    payload = {"format": CHECKPOINT_FORMAT, "config": json.dumps(model.cfg.to_dict()),
+               "meta": json.dumps(meta or {}), "state": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+    if extra:
+        payload.update(extra)
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def read_payload(path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise FormatError(f"{path}: no such checkpoint file")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, AttributeError, TypeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise FormatError(f"{path}: not a loadable NeuROK checkpoint (refused or corrupt: {first[:120]})") from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        got = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise FormatError(f"{path}: checkpoint format is {got!r}, expected '{CHECKPOINT_FORMAT}'")
+    return payload
+
+
+def load_checkpoint(path, device="cpu") -> tuple[NeurokModel, dict]:
+    payload = read_payload(path)
+    try:
+        cfg = ModelConfig(**json.loads(payload["config"]))
+        meta = json.loads(payload.get("meta", "{}"))
+        model = NeurokModel(cfg)
+        model.load_state_dict(payload["state"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise FormatError(f"{path}: checkpoint does not match the model ({type(e).__name__}: {str(e)[:120]})") from None
+    model.to(device).eval()
+    return model, meta

@@ -1,0 +1,188 @@
+"""Lagrangian mechanics in the latent space.
+
+Everything is written per unit mass in normalised lengths (x / L, L = bounding-box diagonal),
+so with the mass-orthonormal basis the kinetic energy is T = 1/2 |q'|^2 (the exact pull-back
+mass Phi^T diag(m) Phi, which is the identity after orthonormalisation) and the potential is
+
+    V(q) = w0^2 v(q; s, material)            elastic, w0^2 = stiffness / (density L^2)
+         - f_t . q                           gravity + painted accelerations: Phi^T mu a / L
+         + 1/2 q^T P q - b_t . q             pins: springs of stiffness mu kappa to their targets
+         + floor(q)                          penalty + friction at contact samples
+
+with Rayleigh damping D = alpha I + beta w0^2 hess v(q_n). Every term but v is exact, and all
+of them reduce to d x d matrices and d-vectors once per mesh, except the floor (at Kc samples).
+One backward-Euler step minimises the incremental potential (see `integrators.py`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .geometry import Normalisation, farthest_point_sample, vertex_mass_fractions, vertex_normals
+from .model import TRANSLATION_MODES, NeurokModel
+from .physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MATERIAL, material_omega2
+
+SUBSTEP = 1.0 / 48.0       # longest latent step (s); the generator's reference substep too
+CONTACT_SAMPLES = 64
+DTYPE = torch.float32
+
+
+def material_features(material: dict, scale: float) -> np.ndarray:
+    """[is_cloth, poisson (scaled), log10 of the bending ratio bending / (stiffness L^2) (scaled)]."""
+    cloth = material["kind"] == "cloth"
+    bend = math.log10(max(material.get("bending", 1e-4), 1e-12) / (material["stiffness"] * scale ** 2)) if cloth else -6.0
+    return np.array([1.0 if cloth else 0.0, (material.get("poisson", 0.3) - 0.3) * 5.0, (bend + 6.0) / 3.0])
+
+
+@dataclass
+class MeshTensors:
+    """Per-mesh inputs of the networks, computed once (numpy -> torch)."""
+    x: torch.Tensor               # [N,3] normalised rest positions
+    mu: torch.Tensor              # [N] mass fractions
+    points: torch.Tensor          # [K,3] shape-encoder samples
+    normals: torch.Tensor         # [K,3]
+    contact_idx: torch.Tensor     # [Kc] vertex indices used for floor contact
+    is_cloth: torch.Tensor        # scalar
+    norm: Normalisation
+
+
+def mesh_tensors(rest, faces, kind, vertex_mass=None, samples=256, device="cpu") -> MeshTensors:
+    norm = Normalisation.of(rest)
+    x = norm.forward(rest)
+    normals = vertex_normals(x, np.asarray(faces)) if len(faces) else np.zeros_like(x)
+    idx = farthest_point_sample(x, samples)
+    cidx = idx[:CONTACT_SAMPLES] if len(idx) >= CONTACT_SAMPLES else farthest_point_sample(x, CONTACT_SAMPLES)
+    t = lambda a: torch.as_tensor(np.asarray(a), dtype=DTYPE, device=device)  # noqa: E731
+    return MeshTensors(x=t(x), mu=t(vertex_mass_fractions(rest, faces, vertex_mass)), points=t(x[idx]),
+                       normals=t(normals[idx]), contact_idx=torch.as_tensor(cidx, device=device),
+                       is_cloth=torch.tensor(1.0 if kind == "cloth" else 0.0, device=device), norm=norm)
+
+
+@dataclass
+class ReducedMesh:
+    phi: torch.Tensor    # [N,d,3] mass-orthonormal basis
+    s: torch.Tensor      # [code] shape code
+    material: torch.Tensor  # [3] material features
+    B: torch.Tensor      # [d-3, d-3] quadratic factor of the potential
+
+
+def reduce_mesh(model: NeurokModel, mt: MeshTensors, material: dict) -> ReducedMesh:
+    s = model.shape_encoder(mt.points[None], mt.normals[None], mt.is_cloth[None])[0]
+    raw = model.basis(mt.x, s)
+    mass = torch.einsum("n,nia,nja->ij", mt.mu, raw, raw)
+    d = mass.shape[0]
+    eye = torch.eye(d, dtype=mass.dtype, device=mass.device)
+    chol = torch.linalg.cholesky(mass + 1e-6 * torch.diagonal(mass).mean() * eye)
+    inv = torch.linalg.solve_triangular(chol, eye, upper=False)
+    phi = torch.einsum("nia,ji->nja", raw, inv)      # Gram-Schmidt in mode order: Phi L^-T
+    feats = torch.as_tensor(material_features(material, mt.norm.scale), dtype=DTYPE, device=mt.x.device)
+    return ReducedMesh(phi=phi, s=s, material=feats, B=model.potential.factor(s, feats))
+
+
+def encode(red: ReducedMesh, mt: MeshTensors, x_norm):
+    """Deformation encoder mean: the mass-weighted projection of (x - X) onto the basis.
+    x_norm [...,N,3] normalised positions -> q [...,d]."""
+    return torch.einsum("n,nja,...na->...j", mt.mu, red.phi, x_norm - mt.x)
+
+
+def decode(red: ReducedMesh, mt: MeshTensors, q):
+    """q [...,d] -> normalised positions [...,N,3]."""
+    return mt.x + torch.einsum("nja,...j->...na", red.phi, q)
+
+
+def generalized(red: ReducedMesh, mt: MeshTensors, vec_norm):
+    """Generalised force of a per-unit-mass field [...,N,3] (normalised units): Phi^T mu a."""
+    return torch.einsum("n,nja,...na->...j", mt.mu, red.phi, vec_norm)
+
+
+def pin_omega2(material, scale):
+    return max(PIN_OMEGA2, PIN_OVER_MATERIAL * material_omega2(material, scale))
+
+
+def pin_terms(red: ReducedMesh, mt: MeshTensors, pin_weight, targets_norm, material):
+    """P [d,d] and b [T,d] of the pin springs (only pinned vertices are visited).
+    pin_weight [N] numpy; targets_norm [T,N,3] tensor (normalised)."""
+    pinned = np.nonzero(np.asarray(pin_weight) > 0)[0]
+    d = red.phi.shape[1]
+    T = targets_norm.shape[0]
+    if len(pinned) == 0:
+        return torch.zeros(d, d, dtype=DTYPE, device=mt.x.device), torch.zeros(T, d, dtype=DTYPE, device=mt.x.device)
+    idx = torch.as_tensor(pinned, device=mt.x.device)
+    w = mt.mu[idx] * torch.as_tensor(np.asarray(pin_weight)[pinned], dtype=DTYPE, device=mt.x.device) \
+        * pin_omega2(material, mt.norm.scale)
+    phi = red.phi[idx]
+    P = torch.einsum("n,nia,nja->ij", w, phi, phi)
+    b = torch.einsum("n,nja,tna->tj", w, phi, targets_norm[:, idx] - mt.x[idx])
+    return P, b
+
+
+def contact_terms(red: ReducedMesh, mt: MeshTensors):
+    """Basis rows and rest heights of the contact samples."""
+    return red.phi[mt.contact_idx], mt.x[mt.contact_idx, 2]
+
+
+def potential_terms(potential, q, ctx):
+    """Elastic potential v, its gradient and its Gauss-Newton Hessian (B^T B + 2 J^T J, always
+    positive semi-definite) for one latent q [d]; the translation block gets zeros."""
+    qe = q[TRANSLATION_MODES:]
+    cond = torch.cat([ctx["s"], ctx["mat"]], dim=-1)
+    g = lambda x: potential.g(torch.cat([x, cond], dim=-1))  # noqa: E731
+    B = ctx["B"]
+    Bq = B @ qe
+    r = g(qe) - g(torch.zeros_like(qe))
+    J = torch.func.jacrev(g)(qe)
+    v = 0.5 * torch.dot(Bq, Bq) + torch.dot(r, r)
+    grad_e = B.T @ Bq + 2.0 * J.T @ r
+    hess_e = B.T @ B + 2.0 * J.T @ J
+    pad = TRANSLATION_MODES
+    grad_v = torch.cat([torch.zeros(pad, dtype=q.dtype, device=q.device), grad_e])
+    hess_v = torch.nn.functional.pad(hess_e, (pad, 0, pad, 0))
+    return v, grad_v, hess_v
+
+
+def step_terms(potential, q, ctx):
+    """Incremental potential of one backward-Euler step for one latent q [d], with its
+    gradient and (Gauss-Newton) Hessian. `ctx` holds the start of the step and the step's
+    reduced forces (see module docstring)."""
+    h = ctx["h"]
+    d = q.shape[0]
+    eye = torch.eye(d, dtype=q.dtype, device=q.device)
+    dq = q - ctx["q_n"] - h * ctx["qd_n"]
+    dv = q - ctx["q_n"]
+    v, gv, Hv = potential_terms(potential, q, ctx)
+    w0sq = ctx["w0sq"]
+    damping = ctx["alpha"] * eye + ctx["beta"] * w0sq * ctx["Hd"]
+    energy = 0.5 * torch.dot(dq, dq) / h ** 2 + w0sq * v - torch.dot(ctx["f"], q) \
+        + 0.5 * torch.dot(q, ctx["P"] @ q) - torch.dot(ctx["b"], q) + 0.5 / h * torch.dot(dv, damping @ dv)
+    grad = dq / h ** 2 + w0sq * gv - ctx["f"] + ctx["P"] @ q - ctx["b"] + damping @ dv / h
+    hess = eye / h ** 2 + w0sq * Hv + ctx["P"] + damping / h
+    # floor: penalty on the height of the contact samples, friction on their sliding
+    phi_z, phi_t = ctx["phi_c"][:, :, 2], ctx["phi_c"][:, :, :2]
+    kc = phi_z.shape[0]
+    z = ctx["z_c"] + phi_z @ q
+    pen = torch.clamp(z - ctx["floor"], max=0.0)
+    active = (pen < 0).to(q.dtype)
+    slide = torch.einsum("kia,i->ka", phi_t, dv)
+    k_floor = ctx["has_floor"] * FLOOR_OMEGA2 / kc
+    k_fric = ctx["has_floor"] * FLOOR_FRICTION / h ** 2 / kc * ctx["contact"]
+    energy = energy + 0.5 * k_floor * torch.sum(pen ** 2) + 0.5 * torch.sum(k_fric[:, None] * slide ** 2)
+    grad = grad + k_floor * phi_z.T @ pen + torch.einsum("kia,ka->i", phi_t, k_fric[:, None] * slide)
+    hess = hess + k_floor * (phi_z.T * active) @ phi_z + torch.einsum("kia,k,kja->ij", phi_t, k_fric, phi_t)
+    return energy, grad, hess
+
+
+def step_energy(potential, q, ctx):
+    return step_terms(potential, q, ctx)[0]
+
+
+def elastic_hessian(potential, q, ctx):
+    """Gauss-Newton Hessian of v at q (used for stiffness-proportional damping)."""
+    return potential_terms(potential, q, ctx)[2]
+
+
+def contact_mask(ctx):
+    z = ctx["z_c"] + ctx["phi_c"][:, :, 2] @ ctx["q_n"]
+    return (z < ctx["floor"]).to(z.dtype) * ctx["has_floor"]

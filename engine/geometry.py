@@ -1,0 +1,86 @@
+"""Mesh geometry the learned engine needs: normalisation, normals, masses, sample points."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .reference import is_closed, lumped_vertex_areas
+
+
+@dataclass
+class Normalisation:
+    """x_normalised = (x - centre) / scale, with scale the bounding-box diagonal (metres)."""
+    centre: np.ndarray
+    scale: float
+
+    @classmethod
+    def of(cls, rest):
+        lo, hi = rest.min(axis=0), rest.max(axis=0)
+        return cls(0.5 * (lo + hi), float(np.linalg.norm(hi - lo)) or 1.0)
+
+    def forward(self, x):
+        return (np.asarray(x, dtype=np.float64) - self.centre) / self.scale
+
+    def inverse(self, xn):
+        return np.asarray(xn) * self.scale + self.centre
+
+
+def vertex_normals(x, faces):
+    n = np.zeros_like(x)
+    fn = np.cross(x[faces[:, 1]] - x[faces[:, 0]], x[faces[:, 2]] - x[faces[:, 0]])
+    for k in range(3):
+        np.add.at(n, faces[:, k], fn)
+    length = np.linalg.norm(n, axis=1, keepdims=True)
+    return np.where(length > 0, n / np.maximum(length, 1e-30), 0.0)
+
+
+def mesh_volume(x, faces):
+    a, b, c = x[faces[:, 0]], x[faces[:, 1]], x[faces[:, 2]]
+    return float(np.einsum("ij,ij->i", a, np.cross(b, c)).sum() / 6.0)
+
+
+def vertex_mass_fractions(rest, faces, vertex_mass=None):
+    """Share of the body's mass at each vertex (sums to 1). Without recorded masses, mass is
+    spread in proportion to the area around each vertex (vertices of no face get the mean)."""
+    if vertex_mass is not None:
+        m = np.asarray(vertex_mass, dtype=np.float64)
+    else:
+        m = lumped_vertex_areas(np.asarray(rest, np.float64), faces) if len(faces) else np.ones(len(rest))
+        m = np.where(m > 0, m, m[m > 0].mean() if np.any(m > 0) else 1.0)
+    return m / m.sum()
+
+
+def total_mass(rest, faces, material):
+    """Mass in kg: density x volume (closed solids), x area (cloth and open meshes)."""
+    rest = np.asarray(rest, np.float64)
+    if material["kind"] == "solid" and len(faces) and is_closed(faces):
+        vol = abs(mesh_volume(rest, faces))
+        if vol > 0:
+            return material["density"] * vol
+    area = lumped_vertex_areas(rest, faces).sum() if len(faces) else 0.0
+    if material["kind"] == "solid":  # open mesh treated as a solid: a shell one-twentieth of its size thick
+        thickness = 0.05 * float(np.linalg.norm(np.ptp(rest, axis=0)))
+        return material["density"] * max(area * thickness, 1e-9)
+    return material["density"] * max(area, 1e-9)
+
+
+def farthest_point_sample(x, k, seed=0):
+    """Indices of k points spread over x (greedy farthest-point sampling)."""
+    n = len(x)
+    if n <= k:
+        idx = np.arange(n)
+        return np.concatenate([idx, np.random.default_rng(seed).choice(n, k - n)]) if n < k else idx
+    rng = np.random.default_rng(seed)
+    pool = x if n <= 20000 else x[rng.choice(n, 20000, replace=False)]
+    chosen = [int(rng.integers(len(pool)))]
+    dist = np.linalg.norm(pool - pool[chosen[0]], axis=1)
+    for _ in range(k - 1):
+        i = int(np.argmax(dist))
+        chosen.append(i)
+        dist = np.minimum(dist, np.linalg.norm(pool - pool[i], axis=1))
+    if len(pool) == n:
+        return np.asarray(chosen)
+    # map pool points back to the nearest original vertex indices
+    from scipy.spatial import cKDTree
+    return cKDTree(x).query(pool[chosen])[1]
