@@ -4,7 +4,7 @@ VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 # torch pinned to the CPU build on disk (a looser pin would download a multi-GB CUDA build)
-DEPS    := torch==2.13.0 bpy==5.0.1 "numpy>=1.24" "scipy>=1.10" pytest hypothesis matplotlib
+DEPS    := torch==2.13.0 bpy==5.0.1 "numpy>=1.24" "scipy>=1.10" threadpoolctl pytest hypothesis matplotlib
 
 .PHONY: venv test test-fast demo train data eval eval-small bench build clean
 

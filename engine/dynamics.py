@@ -124,16 +124,35 @@ def contact_terms(red: ReducedMesh, mt: MeshTensors):
     return red.phi[mt.contact_idx], mt.x[mt.contact_idx, 2]
 
 
-def potential_terms(potential, q, ctx):
+def mlp_jacobian(net, x, inputs):
+    """Output of an MLP (Linear/SiLU layers) and its Jacobian with respect to the first
+    `inputs` entries of x, propagated layer by layer (cheaper than autograd's jacrev here)."""
+    J = torch.eye(x.shape[-1], inputs, dtype=x.dtype, device=x.device)
+    h = x
+    for layer in net:
+        if isinstance(layer, torch.nn.Linear):
+            h = layer(h)
+            J = layer.weight @ J
+        else:  # SiLU: d/dz z sigmoid(z) = sigmoid(z) (1 + z (1 - sigmoid(z)))
+            sig = torch.sigmoid(h)
+            J = (sig * (1.0 + h * (1.0 - sig)))[:, None] * J
+            h = h * sig
+    return h, J
+
+
+def potential_terms(potential, q, ctx, derivatives=True):
     """Elastic potential v, its gradient and its Gauss-Newton Hessian (B^T B + 2 J^T J, always
     positive semi-definite) for one latent q [d]; the translation block gets zeros."""
     qe = q[TRANSLATION_MODES:]
     cond = torch.cat([ctx["s"], ctx["mat"]], dim=-1)
-    g = lambda x: potential.g(torch.cat([x, cond], dim=-1))  # noqa: E731
     B = ctx["B"]
     Bq = B @ qe
-    r = g(qe) - g(torch.zeros_like(qe))
-    J = torch.func.jacrev(g)(qe)
+    g0 = potential.g(torch.cat([torch.zeros_like(qe), cond], dim=-1))
+    if not derivatives:
+        r = potential.g(torch.cat([qe, cond], dim=-1)) - g0
+        return 0.5 * torch.dot(Bq, Bq) + torch.dot(r, r), None, None
+    g1, J = mlp_jacobian(potential.g, torch.cat([qe, cond], dim=-1), qe.shape[0])
+    r = g1 - g0
     v = 0.5 * torch.dot(Bq, Bq) + torch.dot(r, r)
     grad_e = B.T @ Bq + 2.0 * J.T @ r
     hess_e = B.T @ B + 2.0 * J.T @ J
@@ -143,7 +162,7 @@ def potential_terms(potential, q, ctx):
     return v, grad_v, hess_v
 
 
-def step_terms(potential, q, ctx):
+def step_terms(potential, q, ctx, derivatives=True):
     """Incremental potential of one backward-Euler step for one latent q [d], with its
     gradient and (Gauss-Newton) Hessian. `ctx` holds the start of the step and the step's
     reduced forces (see module docstring)."""
@@ -152,30 +171,32 @@ def step_terms(potential, q, ctx):
     eye = torch.eye(d, dtype=q.dtype, device=q.device)
     dq = q - ctx["q_n"] - h * ctx["qd_n"]
     dv = q - ctx["q_n"]
-    v, gv, Hv = potential_terms(potential, q, ctx)
+    v, gv, Hv = potential_terms(potential, q, ctx, derivatives)
     w0sq = ctx["w0sq"]
     damping = ctx["alpha"] * eye + ctx["beta"] * w0sq * ctx["Hd"]
     energy = 0.5 * torch.dot(dq, dq) / h ** 2 + w0sq * v - torch.dot(ctx["f"], q) \
         + 0.5 * torch.dot(q, ctx["P"] @ q) - torch.dot(ctx["b"], q) + 0.5 / h * torch.dot(dv, damping @ dv)
-    grad = dq / h ** 2 + w0sq * gv - ctx["f"] + ctx["P"] @ q - ctx["b"] + damping @ dv / h
-    hess = eye / h ** 2 + w0sq * Hv + ctx["P"] + damping / h
-    # floor: penalty on the height of the contact samples, friction on their sliding
     phi_z, phi_t = ctx["phi_c"][:, :, 2], ctx["phi_c"][:, :, :2]
     kc = phi_z.shape[0]
     z = ctx["z_c"] + phi_z @ q
     pen = torch.clamp(z - ctx["floor"], max=0.0)
-    active = (pen < 0).to(q.dtype)
     slide = torch.einsum("kia,i->ka", phi_t, dv)
     k_floor = ctx["has_floor"] * FLOOR_OMEGA2 / kc
     k_fric = ctx["has_floor"] * FLOOR_FRICTION / h ** 2 / kc * ctx["contact"]
     energy = energy + 0.5 * k_floor * torch.sum(pen ** 2) + 0.5 * torch.sum(k_fric[:, None] * slide ** 2)
+    if not derivatives:
+        return energy, None, None
+    grad = dq / h ** 2 + w0sq * gv - ctx["f"] + ctx["P"] @ q - ctx["b"] + damping @ dv / h
+    hess = eye / h ** 2 + w0sq * Hv + ctx["P"] + damping / h
+    # floor: penalty on the height of the contact samples, friction on their sliding
+    active = (pen < 0).to(q.dtype)
     grad = grad + k_floor * phi_z.T @ pen + torch.einsum("kia,ka->i", phi_t, k_fric[:, None] * slide)
     hess = hess + k_floor * (phi_z.T * active) @ phi_z + torch.einsum("kia,k,kja->ij", phi_t, k_fric, phi_t)
     return energy, grad, hess
 
 
 def step_energy(potential, q, ctx):
-    return step_terms(potential, q, ctx)[0]
+    return step_terms(potential, q, ctx, derivatives=False)[0]
 
 
 def elastic_hessian(potential, q, ctx):

@@ -48,9 +48,12 @@ def _box(lo, hi):
     return {"box": {"min": list(lo), "max": list(hi)}}
 
 
-def _pin_side(rng):
-    """A slab at one end of one axis, in normalised bounding-box coordinates."""
-    axis, side = int(rng.integers(3)), int(rng.integers(2))
+def _pin_side(rng, mesh):
+    """A slab at one end of one axis (never the thin axis of a sheet), in normalised
+    bounding-box coordinates."""
+    extent = np.ptp(mesh.vertices, axis=0)
+    axes = np.nonzero(extent > 0.1 * extent.max())[0]
+    axis, side = int(rng.choice(axes)), int(rng.integers(2))
     width = rng.uniform(0.05, 0.2)
     lo, hi = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
     if side == 0:
@@ -80,7 +83,7 @@ def random_scene(rng, mesh, kind, frames, dt):
         v = rng.normal(size=3) * rng.uniform(0.0, 1.0)
         scene["initial"]["velocity"] = [float(v[0]), float(v[1]), -abs(float(v[2]))]
     elif scenario == "push":
-        _, _, pin = _pin_side(rng)
+        _, _, pin = _pin_side(rng, mesh)
         scene["pins"].append({"select": pin, "strength": 1.0})
         a = _random_direction(rng) * strength(2.0, 30.0)
         scene["forces"].append({"select": whole, "accel": a.tolist(),
@@ -88,7 +91,7 @@ def random_scene(rng, mesh, kind, frames, dt):
                                             "end": int(rng.integers(frames // 4, frames))}})
     elif scenario == "poke":
         if rng.random() < 0.5:
-            _, _, pin = _pin_side(rng)
+            _, _, pin = _pin_side(rng, mesh)
             scene["pins"].append({"select": pin, "strength": 1.0})
         else:
             scene["floor"] = {"z": zmin}
@@ -97,7 +100,7 @@ def random_scene(rng, mesh, kind, frames, dt):
         scene["forces"].append({"select": {"sphere": {"center": c, "radius": float(rng.uniform(0.2, 0.5))}},
                                 "accel": a.tolist(), "profile": {"type": "impulse", "start": int(rng.integers(0, 6))}})
     elif scenario == "wind":
-        _, _, pin = _pin_side(rng)
+        _, _, pin = _pin_side(rng, mesh)
         scene["pins"].append({"select": pin, "strength": 1.0})
         a = _random_direction(rng) * strength(2.0, 20.0)
         scene["forces"].append({"select": whole, "accel": a.tolist(),
@@ -114,12 +117,12 @@ def random_scene(rng, mesh, kind, frames, dt):
         lo2[axis] = 0.75
         scene["forces"].append({"select": _box(lo2, hi2), "accel": (-a).tolist(), "profile": {"type": "constant", "end": end}})
     elif scenario == "twist":
-        axis, side, pin = _pin_side(rng)
+        axis, side, pin = _pin_side(rng, mesh)
         scene["pins"].append({"select": pin, "strength": 1.0})
         scene["twist"] = {"axis": axis, "side": side, "accel": strength(5.0, 50.0),
                           "end": int(rng.integers(frames // 4, frames))}
     elif scenario == "swing":
-        _, _, pin = _pin_side(rng)
+        _, _, pin = _pin_side(rng, mesh)
         scene["pins"].append({"select": pin, "strength": 1.0})
         scene["initial"]["velocity"] = (_random_direction(rng) * rng.uniform(0.2, 2.0)).tolist()
     return scenario, scene

@@ -19,9 +19,10 @@ from .dynamics import step_energy, step_terms
 INTEGRATORS = ("backward_euler", "implicit_midpoint")
 
 
-def newton_minimize(terms_fn, q0, iterations=12, tolerance=1e-7):
-    """Minimise an energy of q [d] given `terms_fn(q) -> (energy, gradient, Hessian)`.
-    Returns (q, converged)."""
+def newton_minimize(terms_fn, q0, iterations=12, tolerance=1e-7, energy_fn=None):
+    """Minimise an energy of q [d] given `terms_fn(q) -> (energy, gradient, Hessian)` (and
+    optionally a cheaper `energy_fn` for the line search). Returns (q, converged)."""
+    energy_fn = energy_fn or (lambda q: terms_fn(q)[0])
     q = q0
     for _ in range(iterations):
         e0, g, H = terms_fn(q)
@@ -31,7 +32,7 @@ def newton_minimize(terms_fn, q0, iterations=12, tolerance=1e-7):
         slope = torch.dot(g, step)
         alpha = 1.0
         while alpha > 1e-3:
-            if terms_fn(q + alpha * step)[0] <= e0 + 1e-4 * alpha * slope:
+            if energy_fn(q + alpha * step) <= e0 + 1e-4 * alpha * slope:
                 break
             alpha *= 0.5
         q = q + alpha * step
@@ -44,11 +45,13 @@ def step(potential, ctx, integrator="backward_euler", iterations=12):
     """One step of length ctx['h'] from (q_n, qd_n). Returns (q, qd, converged)."""
     q_n, qd_n, h = ctx["q_n"], ctx["qd_n"], ctx["h"]
     if integrator == "backward_euler":
-        q, ok = newton_minimize(lambda q: step_terms(potential, q, ctx), q_n + h * qd_n, iterations)
+        q, ok = newton_minimize(lambda q: step_terms(potential, q, ctx), q_n + h * qd_n, iterations,
+                                energy_fn=lambda q: step_energy(potential, q, ctx))
         return q, (q - q_n) / h, ok
     if integrator == "implicit_midpoint":
         half = dict(ctx, h=0.5 * h)
-        q_mid, ok = newton_minimize(lambda q: step_terms(potential, q, half), q_n + 0.5 * h * qd_n, iterations)
+        q_mid, ok = newton_minimize(lambda q: step_terms(potential, q, half), q_n + 0.5 * h * qd_n, iterations,
+                                    energy_fn=lambda q: step_energy(potential, q, half))
         q = 2.0 * q_mid - q_n
         return q, 2.0 * (q - q_n) / h - qd_n, ok
     raise ValueError(f"unknown integrator '{integrator}' ({', '.join(INTEGRATORS)})")

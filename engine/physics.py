@@ -3,11 +3,13 @@ pins, floor contact and friction by the same law.
 
 Pins and the floor are stiff springs whose stiffness is proportional to the mass they hold:
 k = weight * mass * omega^2. With omega^2 = 1e6 s^-2 (a 160 Hz spring) a firm pin holding its
-own weight sags by g / omega^2 ~ 0.01 mm.
+own weight sags by g / omega^2 ~ 0.01 mm. The floor uses the same 160 Hz spring: its contact
+vertices carry the whole body, so a softer floor (1e5 s^-2 was tried) let a body dropped from a few
+centimetres sink 1-2 % of its size into it, and rest 0.4 % deep.
 """
 PIN_OMEGA2 = 1.0e6        # s^-2, least pin stiffness per kg at pin strength 1.0
 PIN_OVER_MATERIAL = 1.0e3 # a pin is at least this many times stiffer (per kg) than the material
-FLOOR_OMEGA2 = 1.0e5      # s^-2, floor penalty stiffness per kg
+FLOOR_OMEGA2 = 1.0e6      # s^-2, floor penalty stiffness per kg
 FLOOR_FRICTION = 0.3      # share of tangential sliding resisted per substep while in contact
 
 
