@@ -27,7 +27,7 @@ from .physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MATERIAL
 
 SUBSTEP = 1.0 / 48.0       # longest latent step (s); the generator's reference substep too
 CONTACT_SAMPLES = 64
-DTYPE = torch.float32
+DTYPE = torch.float64
 
 
 def material_features(material: dict, scale: float) -> np.ndarray:
@@ -71,13 +71,17 @@ class ReducedMesh:
 
 def reduce_mesh(model: NeurokModel, mt: MeshTensors, material: dict) -> ReducedMesh:
     s = model.shape_encoder(mt.points[None], mt.normals[None], mt.is_cloth[None])[0]
-    raw = model.basis(mt.x, s)
-    mass = torch.einsum("n,nia,nja->ij", mt.mu, raw, raw)
-    d = mass.shape[0]
-    eye = torch.eye(d, dtype=mass.dtype, device=mass.device)
-    chol = torch.linalg.cholesky(mass + 1e-6 * torch.diagonal(mass).mean() * eye)
-    inv = torch.linalg.solve_triangular(chol, eye, upper=False)
-    phi = torch.einsum("nia,ji->nja", raw, inv)      # Gram-Schmidt in mode order: Phi L^-T
+    phi = model.basis(mt.x, s)
+    # Gram-Schmidt in mode order (Phi L^-T), twice: the learned modes are weak next to the
+    # translations (mass eigenvalues down to ~1e-7), so one regularised pass leaves them up to
+    # 20% short of unit mass; the second pass makes Phi^T diag(mu) Phi = I (exactly-zero modes,
+    # e.g. X_z e_k on a flat sheet, stay zero)
+    for _ in range(2):
+        mass = torch.einsum("n,nia,nja->ij", mt.mu, phi, phi)
+        eye = torch.eye(mass.shape[0], dtype=mass.dtype, device=mass.device)
+        chol = torch.linalg.cholesky(mass + 1e-6 * torch.diagonal(mass).mean() * eye)
+        inv = torch.linalg.solve_triangular(chol, eye, upper=False)
+        phi = torch.einsum("nia,ji->nja", phi, inv)
     feats = torch.as_tensor(material_features(material, mt.norm.scale), dtype=DTYPE, device=mt.x.device)
     return ReducedMesh(phi=phi, s=s, material=feats, B=model.potential.factor(s, feats))
 

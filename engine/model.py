@@ -153,3 +153,6 @@ class NeurokModel(nn.Module):
         self.basis = BasisField(self.cfg)
         self.prior = LatentPrior(self.cfg)
         self.potential = Potential(self.cfg)
+        # float64 throughout: pins and stiff cloth make the latent Hessians badly conditioned
+        # (1e4-1e7), and the networks are small enough that it costs little
+        self.double()

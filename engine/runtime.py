@@ -117,8 +117,8 @@ class NeurokRun(Run):
                                                        if k not in ("q_n", "qd_n", "h", "f", "b", "Hd", "contact")})
                 phi = self.scene.red.phi
                 self._phi_c = self._static.pop("phi_c")
-                self._phi_flat = phi.permute(0, 2, 1).reshape(-1, phi.shape[1]).cpu().numpy()
-                self._rest_flat = self.scene.mt.x.reshape(-1).cpu().numpy()
+                self._phi_flat = phi.permute(0, 2, 1).reshape(-1, phi.shape[1]).float().cpu().numpy()
+                self._rest_flat = self.scene.mt.x.reshape(-1).float().cpu().numpy()
         self.model, self.integrator = model, integrator
         self._single_blas = fastpath.SingleThreadedBlas()
         self.substeps = max(1, int(math.ceil(setup.dt / SUBSTEP - 1e-9)))

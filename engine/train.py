@@ -45,6 +45,7 @@ START_NOISE = 2e-3           # std of the noise on the start latent (normalised 
 KL_WEIGHT = 1e-4
 LEARNING_RATE = 1e-3
 SAVE_EVERY_SECONDS = 300
+REFRESH_DATA_SECONDS = 300   # sequences still being generated join the run as they appear
 
 
 @dataclass
@@ -55,8 +56,8 @@ class TrainItem:
     entry: dict
 
 
-def load_items(data_dir, splits=("train",), limit=None, device="cpu") -> list[TrainItem]:
-    entries = [e for e in load_index(data_dir) if e.get("split", "train") in splits]
+def load_items(data_dir, splits=("train",), limit=None, device="cpu", skip=()) -> list[TrainItem]:
+    entries = [e for e in load_index(data_dir) if e.get("split", "train") in splits and e["file"] not in skip]
     if limit:
         entries = entries[:limit]
     items = []
@@ -218,7 +219,10 @@ def data_statistics(model, items, limit=64):
             "omega2_range": {k: [min(v), max(v)] for k, v in omega.items() if v}}
 
 
-def train(data, out, init=None, steps=None, minutes=None, seed=0, latent=None, quiet=False, log=None):
+def train(data, out, init=None, steps=None, minutes=None, seed=0, latent=None, quiet=False, log=None,
+          progress=None, cancel=None):
+    """Train (or fine-tune from `init`) and write the checkpoint `out`. `progress(fraction)` is
+    called after each step; setting the `cancel` event stops early (the checkpoint is saved)."""
     rank, world = distributed()
     torch.manual_seed(seed + rank)
     rng = np.random.default_rng([seed, rank])
@@ -242,15 +246,15 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, latent=None, q
                                                    f"train ({len(items)} seq)")
     history = []
     t_start = time.perf_counter() - elapsed
-    last_save = time.perf_counter()
+    last_save = last_refresh = time.perf_counter()
     while True:
         elapsed = time.perf_counter() - t_start
-        progress = step / budget[1] if budget[0] == "steps" else elapsed / budget[1]
-        if progress >= 1.0:
+        fraction = step / budget[1] if budget[0] == "steps" else elapsed / budget[1]
+        if fraction >= 1.0 or (cancel is not None and cancel.is_set()):
             break
-        stage = "autoencoder" if progress < AUTOENCODER_SHARE else \
-            "euler_lagrange" if progress < AUTOENCODER_SHARE + EULER_LAGRANGE_SHARE else "rollout"
-        r = ROLLOUT_FRAMES[0] + int((ROLLOUT_FRAMES[1] - ROLLOUT_FRAMES[0]) * max(0.0, progress - 0.25) / 0.75 + 0.5)
+        stage = "autoencoder" if fraction < AUTOENCODER_SHARE else \
+            "euler_lagrange" if fraction < AUTOENCODER_SHARE + EULER_LAGRANGE_SHARE else "rollout"
+        r = ROLLOUT_FRAMES[0] + int((ROLLOUT_FRAMES[1] - ROLLOUT_FRAMES[0]) * max(0.0, fraction - 0.25) / 0.75 + 0.5)
         picks = trainer.sample(r + 1)
         scenes = trainer.scenes(picks)
         recon, kl = trainer.autoencoder_terms(picks, scenes)
@@ -274,9 +278,16 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, latent=None, q
         history.append(dict(terms, step=step, stage=stage))
         if log:
             log(history[-1])
+        if progress:
+            progress(min(1.0, fraction))
         if bar:
             shown = " ".join(f"{k}={v:.4f}" for k, v in terms.items())
             bar.update(done=step if budget[0] == "steps" else int(time.perf_counter() - t_start), postfix=f"{stage} {shown}")
+        if time.perf_counter() - last_refresh > REFRESH_DATA_SECONDS:
+            items.extend(load_items(data, ("train",), skip={i.entry["file"] for i in items}))
+            last_refresh = time.perf_counter()
+            if bar:
+                bar.desc = f"train ({len(items)} seq)"
         if rank == 0 and time.perf_counter() - last_save > SAVE_EVERY_SECONDS:
             _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data)
             last_save = time.perf_counter()

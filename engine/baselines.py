@@ -1,0 +1,341 @@
+"""Baselines the learned engine is measured against (DESIGN.md section 5), on the same data.
+
+hold_still
+    Every frame is frame 0. The floor any dynamics model has to beat.
+
+pca_modal  (per-mesh PCA subspace, linear second-order modal dynamics)
+    For one test sequence of T frames, the baseline is *given the first K = 25% of that
+    sequence's own ground truth* (at least 4 frames). It builds a PCA basis Phi (r <= 8 modes)
+    of those frames' displacements from the rest shape, projects them (q_t = Phi^T u_t) and fits
+    by least squares a linear second-order model
+
+        q_{t+1} = A q_t + B q_{t-1} + C g_t + c,     g_t = Phi^T (external_accel_t + gravity),
+
+    ridge-regularised towards free inertia (A = 2I, B = -I, C = dt^2 I, c = 0). Eigenvalues of
+    the model's companion matrix are clamped into the unit disk (a fitted linear model may be
+    unstable on its own; clamping makes it a fair, stable baseline). Frames 0..K-1 are the
+    projection of the true frames it was shown; it is rolled out from there for frames K..T-1.
+    So it has seen part of the truth the learned engine never sees, and its early-frame errors
+    are not comparable; frame 50 and later (sequences of 200 frames) are.
+
+latent_mlp  (non-Lagrangian latent stepper with the NeuROK decoder)
+    q_{t+1} = q_t + MLP(q_t, q_t - q_{t-1}, f_t, pins, floor, s, material), with a skip
+    connection so that a zero network continues at constant velocity. q lives in the trained
+    NeuROK model's latent space: the same (frozen) per-mesh basis encodes the ground truth and
+    decodes the prediction, so the only difference from the learned engine is the dynamics (an
+    unconstrained MLP instead of Euler-Lagrange equations of a learned potential). Forces
+    (gravity + painted), pin springs and the floor enter as the same exact reduced quantities
+    the learned engine uses. Trained on the training split's encoded latents with multi-step
+    rollout loss (4..16 frames, noise on the start state), one step per frame.
+    Weights: `torch.save` of plain tensors and strings, loadable with `weights_only=True`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .checkpoint import load_checkpoint
+from .dynamics import DTYPE, encode, pin_omega2
+from .formats import FormatError, NeurokError, atomic_write_bytes, read_sequence
+from .model import MATERIAL_FEATURES, mlp
+from .scene import Setup, setup_from_sequence
+
+MLP_FORMAT = "neurok.latent_mlp/1"
+BLOWUP = 10.0              # |q| (normalised lengths) beyond which a rollout is a blow-up
+PCA_FIT_SHARE = 0.25
+PCA_MAX_MODES = 8
+
+
+# =========================================================================== hold still
+
+def hold_still(setup: Setup) -> np.ndarray:
+    return np.repeat(np.asarray(setup.x0, np.float32)[None], setup.frames, axis=0)
+
+
+# =========================================================================== PCA modal
+
+def pca_modal(positions: np.ndarray, setup: Setup, fit_share: float = PCA_FIT_SHARE,
+              max_modes: int = PCA_MAX_MODES) -> tuple[np.ndarray, dict]:
+    """Prediction [T,N,3] of the PCA modal baseline for a sequence whose true frames are
+    `positions` (only the first K are used). Returns (prediction, info)."""
+    pos = np.asarray(positions, np.float64)
+    T, N, _ = pos.shape
+    rest = np.asarray(setup.rest, np.float64)
+    K = min(T, max(4, int(round(fit_share * T))))
+    U = (pos[:K] - rest[None]).reshape(K, -1)                         # [K, 3N]
+    _, sv, vt = np.linalg.svd(U, full_matrices=False)
+    keep = sv > 1e-9 * max(sv[0], 1e-30) if len(sv) else np.zeros(0, bool)
+    r = int(min(max_modes, K - 1, keep.sum()))
+    info = {"fit_frames": K, "modes": r}
+    if r < 1 or T <= K:   # nothing moved in the frames it saw (or it saw them all): hold them
+        pred = pos.copy()
+        pred[K:] = pos[K - 1]
+        return pred.astype(np.float32), info
+    phi = vt[:r].T                                                    # [3N, r], orthonormal
+    q = U @ phi                                                       # [K, r]
+    g = np.stack([(np.asarray(setup.external_accel(t)) + np.asarray(setup.gravity)[None]).ravel() @ phi
+                  for t in range(T)])                                 # [T, r]
+    dt = setup.dt
+    # rows t = 1..K-2: q_{t+1} = W [q_t, q_{t-1}, g_t, 1]
+    X = np.concatenate([q[1:K - 1], q[0:K - 2], g[1:K - 1], np.ones((K - 2, 1))], axis=1)
+    Y = q[2:K]
+    prior = np.concatenate([2.0 * np.eye(r), -np.eye(r), dt ** 2 * np.eye(r), np.zeros((1, r))], axis=0)  # [3r+1, r]
+    lam = 1e-3 * (np.trace(X.T @ X) / X.shape[1] + 1e-12)
+    W = prior + np.linalg.solve(X.T @ X + lam * np.eye(X.shape[1]), X.T @ (Y - X @ prior))
+    A, B, C, c = W[:r].T, W[r:2 * r].T, W[2 * r:3 * r].T, W[3 * r]
+    A, B, clamped = _stabilise(A, B)
+    info["clamped_eigenvalues"] = clamped
+    qs = np.zeros((T, r))
+    qs[:K] = q
+    for t in range(K - 1, T - 1):
+        qs[t + 1] = A @ qs[t] + B @ qs[t - 1] + C @ g[t] + c
+    pred = rest[None] + (qs @ phi.T).reshape(T, N, 3)
+    return pred.astype(np.float32), info
+
+
+def _stabilise(A, B, radius=1.0):
+    """Clamp the eigenvalues of the companion matrix [[A, B], [I, 0]] into |z| <= radius."""
+    r = A.shape[0]
+    M = np.block([[A, B], [np.eye(r), np.zeros((r, r))]])
+    lam, V = np.linalg.eig(M)
+    big = np.abs(lam) > radius
+    if not big.any():
+        return A, B, 0
+    lam = np.where(big, lam / np.abs(lam) * radius, lam)
+    try:
+        M2 = np.real(V @ np.diag(lam) @ np.linalg.inv(V))
+    except np.linalg.LinAlgError:
+        M2 = M / max(np.abs(np.linalg.eigvals(M)).max(), 1e-12) * radius
+    return M2[:r, :r], M2[:r, r:], int(big.sum())
+
+
+# =========================================================================== latent MLP stepper
+
+class LatentMLP(nn.Module):
+    """q_{t+1} = q_t + (q_t - q_{t-1}) + out_std * net(normalised features)."""
+
+    def __init__(self, latent: int, shape_code: int, hidden: int = 256):
+        super().__init__()
+        self.latent, self.shape_code, self.hidden = latent, shape_code, hidden
+        n_in = 5 * latent + shape_code + MATERIAL_FEATURES + 5
+        self.net = mlp([n_in, hidden, hidden, hidden, latent])
+        with torch.no_grad():
+            self.net[-1].weight.mul_(0.01)
+            self.net[-1].bias.zero_()
+        self.register_buffer("in_mean", torch.zeros(n_in))
+        self.register_buffer("in_std", torch.ones(n_in))
+        self.register_buffer("out_std", torch.ones(latent))
+
+    def config(self):
+        return {"latent": self.latent, "shape_code": self.shape_code, "hidden": self.hidden}
+
+    def forward(self, feats, q, q_prev):
+        return q + (q - q_prev) + self.out_std * self.net((feats - self.in_mean) / self.in_std)
+
+
+class SceneTerms:
+    """The reduced, exact inputs of one sequence for the latent stepper, from the NeuROK model's
+    `LatentScene` (same basis, forces, pins and floor as the learned engine)."""
+
+    def __init__(self, scene):
+        setup = scene.setup
+        T = setup.frames
+        self.scene = scene
+        self.dt = setup.dt
+        self.F = torch.stack([scene.forcing(t) for t in range(T)]) * setup.dt ** 2           # [T,d]
+        omega = pin_omega2(setup.material, scene.scale)
+        self.Pb = torch.stack([scene.pin_b(min(t + 1, T - 1)) for t in range(T)]) / omega    # [T,d]
+        self.P = scene.P / omega                                                             # [d,d]
+        self.phi_z, self.z_c = scene.phi_c[:, :, 2], scene.z_c
+        self.floor, self.has_floor = scene.floor, 0.0 if setup.floor_z is None else 1.0
+        m = setup.material
+        w0 = math.sqrt(scene.w0sq)
+        const = [math.log10(max(scene.w0sq, 1e-12)) / 3.0, math.log10(max(m["damping"] * w0, 1e-6)) / 3.0,
+                 m["air_damping"] * setup.dt, self.has_floor]
+        self.cond = torch.cat([scene.red.s, scene.red.material, torch.tensor(const, dtype=DTYPE)])
+
+    def features(self, t, q, q_prev):
+        """Features [..., n_in] for the step t -> t+1; t is an int or a long tensor [...]."""
+        F, Pb = self.F[t], self.Pb[t]
+        pin = Pb - q @ self.P.T
+        z = self.z_c + q @ self.phi_z.T
+        gap = self.has_floor * torch.clamp(z.min(dim=-1, keepdim=True).values - self.floor, -1.0, 1.0)
+        diagP = torch.diagonal(self.P).expand_as(q)
+        cond = self.cond.expand(q.shape[:-1] + self.cond.shape)
+        return torch.cat([q, q - q_prev, F, pin, diagP, cond, gap], dim=-1)
+
+
+def _start_latents(scene):
+    q0 = scene.q0
+    return q0, q0 - scene.setup.dt * scene.qd0
+
+
+def rollout_latent_mlp(stepper: LatentMLP, model, setup: Setup, device="cpu"):
+    """Predicted frames [T,N,3] and the first frame that blew up (None if stable)."""
+    from .runtime import LatentScene
+    with torch.no_grad():
+        scene = LatentScene(model, setup, device=device)
+        terms = SceneTerms(scene)
+        q, q_prev = _start_latents(scene)
+        out = np.empty((setup.frames, setup.num_vertices, 3), np.float32)
+        out[0] = setup.x0
+        fault = None
+        for t in range(setup.frames - 1):
+            q_new = stepper(terms.features(t, q, q_prev), q, q_prev)
+            if not bool(torch.all(torch.isfinite(q_new))) or float(torch.linalg.norm(q_new)) > BLOWUP:
+                fault = t + 1
+                out[t + 1:] = out[t]
+                break
+            q_prev, q = q, q_new
+            out[t + 1] = scene.decode_metres(q)
+    return out, fault
+
+
+class _Sequence:
+    def __init__(self, model, item):
+        from .runtime import LatentScene
+        scene = LatentScene(model, item.setup, mt=item.mt)
+        self.terms = SceneTerms(scene)
+        self.Q = encode(scene.red, scene.mt, item.xs)                  # [T,d] encoded ground truth
+        q0, qm1 = _start_latents(scene)
+        self.Q_prev0 = qm1
+        self.T = self.Q.shape[0]
+
+
+def train_latent_mlp(model_path, data_dir, minutes: float | None = 5.0, steps: int | None = None, out=None,
+                     seed: int = 0, quiet: bool = False, batch: int = 64, hidden: int = 256, log=None):
+    """Train the latent-MLP baseline on the training split of `data_dir`, in the latent space of
+    the (frozen) NeuROK model at `model_path`. Saves to `out` when given; returns the module."""
+    from .progress import ProgressBar
+    from .train import load_items
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model, _ = load_checkpoint(model_path)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    items = load_items(data_dir, ("train",))
+    if not items:
+        raise NeurokError(f"{data_dir}: no training sequences for the latent-MLP baseline")
+    with torch.no_grad():
+        seqs = [_Sequence(model, it) for it in items if it.xs.shape[0] >= 3]
+    if not seqs:
+        raise NeurokError(f"{data_dir}: training sequences are too short for the latent-MLP baseline")
+    d = model.cfg.latent
+    net = LatentMLP(d, model.cfg.shape_code, hidden)
+    _fit_normalisation(net, seqs)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    budget_steps = steps if steps is not None else None
+    budget_seconds = None if steps is not None else 60.0 * (minutes if minutes is not None else 5.0)
+    total = budget_steps if budget_steps is not None else int(budget_seconds)
+    bar = None if quiet else ProgressBar(total, f"latent-MLP baseline ({len(seqs)} seq)")
+    t_start = time.perf_counter()
+    step, history = 0, []
+    while True:
+        elapsed = time.perf_counter() - t_start
+        progress = step / budget_steps if budget_steps is not None else elapsed / budget_seconds
+        if progress >= 1.0:
+            break
+        for g in opt.param_groups:
+            g["lr"] = 1e-3 * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))))
+        L = int(round(4 + 12 * min(1.0, progress / 0.7)))
+        loss = _rollout_loss(net, seqs, rng, batch, L)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        if all(torch.isfinite(p.grad).all() for p in net.parameters() if p.grad is not None):
+            opt.step()
+        step += 1
+        history.append(float(loss.detach()))
+        if log:
+            log({"step": step, "loss": history[-1], "rollout": L})
+        if bar:
+            bar.update(done=step if budget_steps is not None else int(time.perf_counter() - t_start),
+                       postfix=f"rollout {L} loss {np.mean(history[-20:]):.5f}")
+    if bar:
+        bar.close()
+    net.eval()
+    meta = {"model": str(model_path), "data": str(data_dir), "sequences": len(seqs), "steps": step,
+            "seconds": round(time.perf_counter() - t_start, 1),
+            "final_loss": float(np.mean(history[-50:])) if history else None}
+    net.meta = meta
+    if out is not None:
+        save_latent_mlp(out, net, meta)
+    return net
+
+
+def _fit_normalisation(net, seqs):
+    feats, acc = [], []
+    with torch.no_grad():
+        for s in seqs:
+            t = torch.arange(1, s.T - 1)
+            feats.append(s.terms.features(t, s.Q[1:-1], s.Q[:-2]))
+            acc.append(s.Q[2:] - 2 * s.Q[1:-1] + s.Q[:-2])
+        feats, acc = torch.cat(feats), torch.cat(acc)
+        net.in_mean.copy_(feats.mean(0))
+        net.in_std.copy_(feats.std(0).clamp_min(1e-6) if len(feats) > 1 else torch.ones_like(net.in_std))
+        net.out_std.copy_(acc.std(0).clamp_min(1e-7) if len(acc) > 1 else torch.ones_like(net.out_std))
+
+
+def _rollout_loss(net, seqs, rng, batch, L, noise=2e-3):
+    picks = []
+    for _ in range(batch):
+        s = seqs[int(rng.integers(len(seqs)))]
+        n = min(L, s.T - 1)
+        t0 = int(rng.integers(0, s.T - n))
+        picks.append((s, t0, n))
+    n = min(p[2] for p in picks)
+    q = torch.stack([s.Q[t0] for s, t0, _ in picks])
+    q_prev = torch.stack([s.Q[t0 - 1] if t0 > 0 else s.Q_prev0 for s, t0, _ in picks])
+    shift = noise * torch.randn_like(q)
+    q, q_prev = q + shift, q_prev + shift  # same offset: a position error, not a velocity kick
+    errs = []
+    for k in range(n):
+        feats = torch.stack([s.terms.features(t0 + k, q[i], q_prev[i]) for i, (s, t0, _) in enumerate(picks)])
+        q_new = net(feats, q, q_prev)
+        target = torch.stack([s.Q[t0 + k + 1] for s, t0, _ in picks])
+        errs.append(torch.sqrt(((q_new - target) ** 2).sum(-1) + 1e-12))
+        q_prev, q = q, q_new
+    return torch.stack(errs).mean()
+
+
+def save_latent_mlp(path, net: LatentMLP, meta: dict | None = None):
+    import io
+    payload = {"format": MLP_FORMAT, "config": json.dumps(net.config()), "meta": json.dumps(meta or {}),
+               "state": {k: v.detach().cpu() for k, v in net.state_dict().items()}}
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_latent_mlp(path) -> LatentMLP:
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is one clear error
+        raise FormatError(f"{path}: not a loadable latent-MLP baseline ({type(e).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != MLP_FORMAT:
+        raise FormatError(f"{path}: not a '{MLP_FORMAT}' file")
+    net = LatentMLP(**json.loads(payload["config"]))
+    net.load_state_dict(payload["state"])
+    net.meta = json.loads(payload.get("meta", "{}"))
+    net.eval()
+    for p in net.parameters():
+        p.requires_grad_(False)
+    return net
+
+
+def encoded_sequence(model, seq_path):
+    """(LatentScene, encoded ground-truth latents [T,d]) of one sequence file (for diagnostics)."""
+    from .runtime import LatentScene
+    seq = read_sequence(seq_path)
+    setup = setup_from_sequence(seq)
+    with torch.no_grad():
+        scene = LatentScene(model, setup)
+        xs = torch.as_tensor(scene.mt.norm.forward(seq.positions), dtype=DTYPE)
+        return scene, encode(scene.red, scene.mt, xs)
