@@ -53,6 +53,6 @@ def load_checkpoint(path, device="cpu") -> tuple[NeurokModel, dict]:
         model = NeurokModel(cfg)
         model.load_state_dict(payload["state"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise FormatError(f"{path}: checkpoint does not match the model ({type(e).__name__}: {str(e)[:120]})") from None
+        raise FormatError(f"{path}: checkpoint does not match the model ({type(e).__name__}: {' '.join(str(e).split())[:120]})") from None
     model.to(device).eval()
     return model, meta

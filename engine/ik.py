@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .dynamics import DTYPE
+from .dynamics import DTYPE, potential_terms
 from .integrators import newton_minimize
 
 
@@ -23,9 +23,15 @@ def solve_ik(engine, setup, handles, targets, regularization=1e-3, iterations=50
         t_h = torch.as_tensor(scene.mt.norm.forward(np.asarray(targets, dtype=np.float64)), dtype=DTYPE)
         ctx = {"s": scene.red.s, "mat": scene.red.material, "B": scene.red.B}
 
-        def energy(q):
-            x = x_h + torch.einsum("hja,j->ha", phi_h, q)
-            return torch.sum((x - t_h) ** 2) / len(handles) + regularization * engine.model.potential(q, ctx["s"], ctx["mat"], ctx["B"])
+        A = phi_h.permute(0, 2, 1).reshape(-1, phi_h.shape[1])     # [3H, d]: handle positions are linear in q
+        r0 = (x_h - t_h).reshape(-1)
+        w = 1.0 / len(handles)
 
-        q, _ = newton_minimize(energy, torch.zeros_like(scene.q0), iterations, tolerance=1e-9)
+        def terms(q):  # (energy, gradient, Gauss-Newton Hessian), as newton_minimize expects
+            r = r0 + A @ q
+            v, gv, Hv = potential_terms(engine.model.potential, q, ctx)
+            return (w * torch.dot(r, r) + regularization * v, 2.0 * w * (A.T @ r) + regularization * gv,
+                    2.0 * w * (A.T @ A) + regularization * Hv)
+
+        q, _ = newton_minimize(terms, torch.zeros_like(scene.q0), iterations, tolerance=1e-9)
         return scene.decode_metres(q).astype(np.float32)
