@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(VPY) -m engine demo --out demo_out
 
 data: $(STAMP)
-	$(VPY) -m engine generate --out data/train_set --sequences 320 --seed 1
+	$(VPY) -m engine generate --out data/train_set --sequences 240 --seed 1 --workers 2
 
 train: data
 	$(VPY) -m engine train --data data/train_set --out runs/default.ckpt --minutes 45

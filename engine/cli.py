@@ -113,6 +113,8 @@ def cmd_simulate(args):
     if out.suffix.lower() not in (".npz", ".pc2"):
         raise NeurokError(f"--out must end in .npz or .pc2, got '{out.name}'")
     from .progress import ProgressBar
+    for warning in setup.meta.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
     engine = open_engine(args.engine, args.model, args.device)
     t0 = time.perf_counter()
     run = engine.prepare(setup)

@@ -7,13 +7,12 @@ made concrete for one mesh: per-vertex pin weights, per-frame pin targets and ac
 from __future__ import annotations
 
 import copy
-import json
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .formats import SCENE_FORMAT, FormatError, Mesh, Sequence
+from .formats import SCENE_FORMAT, FormatError, Mesh, Sequence, brief
 
 # Materials. Solids: stiffness = Young's modulus (Pa), density kg/m^3, poisson = Poisson ratio.
 # Cloth: stiffness = membrane stretch stiffness (N/m), density = areal density (kg/m^2),
@@ -34,28 +33,38 @@ SCENE_DEFAULTS = {"frames": 120, "dt": 1.0 / 24.0, "gravity": [0.0, 0.0, -9.81]}
 PROFILE_TYPES = ("constant", "impulse", "sine", "keyframes")
 
 
+def _finite(value) -> bool:
+    """A real number (not a bool) that is finite as a float (huge integers are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def resolve_material(material: dict | None, where: str = "material") -> dict:
     """Fill a material from its preset (or the kind's default) and check its numbers."""
     material = dict(material or {})
     unknown = set(material) - MATERIAL_KEYS
     if unknown:
-        raise FormatError(f"{where}: unknown material key '{sorted(unknown)[0]}'")
+        raise FormatError(f"{where}: unknown material key {brief(sorted(map(str, unknown))[0])}")
     preset = material.get("preset")
     if preset is None:
         preset = "cloth" if material.get("kind") == "cloth" else DEFAULT_MATERIAL
-    if preset not in MATERIAL_PRESETS:
-        raise FormatError(f"{where}: unknown material preset '{preset}' (one of {', '.join(MATERIAL_PRESETS)})")
+    if not isinstance(preset, str) or preset not in MATERIAL_PRESETS:
+        raise FormatError(f"{where}: unknown material preset {brief(preset)} (one of {', '.join(MATERIAL_PRESETS)})")
     out = dict(MATERIAL_PRESETS[preset])
     out.update({k: v for k, v in material.items() if k != "preset"})
     out["preset"] = preset
     if out["kind"] not in ("solid", "cloth"):
-        raise FormatError(f"{where}: 'kind' is '{out['kind']}', expected 'solid' or 'cloth'")
+        raise FormatError(f"{where}: 'kind' is {brief(out['kind'])}, expected 'solid' or 'cloth'")
     out.setdefault("bending", 1e-4)
     out.setdefault("air_damping", 0.0)
     for key in ("stiffness", "density", "poisson", "damping", "air_damping", "bending"):
         value = out[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise FormatError(f"{where}: '{key}' must be a number, got {value!r}")
+        if not _finite(value):
+            raise FormatError(f"{where}: '{key}' must be a number, got {brief(value)}")
         out[key] = float(value)
     if out["stiffness"] <= 0 or out["density"] <= 0:
         raise FormatError(f"{where}: 'stiffness' and 'density' must be positive")
@@ -69,15 +78,14 @@ def resolve_material(material: dict | None, where: str = "material") -> dict:
 # --------------------------------------------------------------------------- validation
 
 def _vec3(where, value):
-    if not (isinstance(value, (list, tuple)) and len(value) == 3
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value)):
-        raise FormatError(f"{where}: expected three finite numbers, got {json.dumps(value)[:60]}")
+    if not (isinstance(value, (list, tuple)) and len(value) == 3 and all(_finite(x) for x in value)):
+        raise FormatError(f"{where}: expected three finite numbers, got {brief(value)}")
     return [float(x) for x in value]
 
 
 def _number(where, value, positive=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise FormatError(f"{where}: expected a number, got {json.dumps(value)[:60]}")
+    if not _finite(value):
+        raise FormatError(f"{where}: expected a number, got {brief(value)}")
     if positive and value <= 0:
         raise FormatError(f"{where}: must be positive, got {value}")
     return float(value)
@@ -91,7 +99,7 @@ def validate_selector(sel, where):
         if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
             raise FormatError(f"{where}.indices: expected a list of non-negative integers")
     elif kind == "weights":
-        if not isinstance(value, list) or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w >= 0 for w in value):
+        if not isinstance(value, list) or not all(_finite(w) and w >= 0 for w in value):
             raise FormatError(f"{where}.weights: expected a list of non-negative numbers, one per vertex")
     elif kind == "box":
         if not isinstance(value, dict) or set(value) != {"min", "max"}:
@@ -105,15 +113,19 @@ def validate_selector(sel, where):
         if not isinstance(value, str) or not value:
             raise FormatError(f"{where}.vertex_group: expected a vertex group name")
     else:
-        raise FormatError(f"{where}: unknown selector '{kind}' (indices, weights, box, sphere, vertex_group)")
+        raise FormatError(f"{where}: unknown selector {brief(kind)} (indices, weights, box, sphere, vertex_group)")
     return sel
 
 
 def validate_profile(profile, where):
-    profile = dict(profile or {"type": "constant"})
+    if profile is None:
+        profile = {"type": "constant"}
+    if not isinstance(profile, dict):
+        raise FormatError(f"{where}: a profile must be an object like {{'type': 'constant'}}, got {brief(profile)}")
+    profile = dict(profile)
     kind = profile.get("type", "constant")
-    if kind not in PROFILE_TYPES:
-        raise FormatError(f"{where}.type: '{kind}' is not one of {', '.join(PROFILE_TYPES)}")
+    if not isinstance(kind, str) or kind not in PROFILE_TYPES:
+        raise FormatError(f"{where}.type: {brief(kind)} is not one of {', '.join(PROFILE_TYPES)}")
     profile["type"] = kind
     for key in ("start", "end", "frequency"):
         if key in profile and profile[key] is not None:
@@ -132,13 +144,13 @@ def validate_scene(scene, where: str = "scene") -> dict:
     if not isinstance(scene, dict):
         raise FormatError(f"{where}: a scene must be a JSON object")
     if scene.get("format") != SCENE_FORMAT:
-        raise FormatError(f"{where}: 'format' is {json.dumps(scene.get('format'))}, expected '{SCENE_FORMAT}'")
+        raise FormatError(f"{where}: 'format' is {brief(scene.get('format'))}, expected '{SCENE_FORMAT}'")
     out = copy.deepcopy(scene)
     for key, default in SCENE_DEFAULTS.items():
         out.setdefault(key, copy.deepcopy(default))
     frames = out["frames"]
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
-        raise FormatError(f"{where}: 'frames' must be a positive integer, got {json.dumps(frames)}")
+        raise FormatError(f"{where}: 'frames' must be a positive integer, got {brief(frames)}")
     out["dt"] = _number(f"{where}: 'dt'", out["dt"], positive=True)
     out["gravity"] = _vec3(f"{where}: 'gravity'", out["gravity"])
     if not isinstance(out.get("material", {}), dict):
@@ -153,8 +165,11 @@ def validate_scene(scene, where: str = "scene") -> dict:
         validate_selector(pin["select"], f"{where}: pins[{i}].select")
         pin["strength"] = _number(f"{where}: pins[{i}].strength", pin.get("strength", 1.0), positive=True)
         if "target_offset" in pin:
-            for j, key in enumerate(pin["target_offset"]):
-                _number(f"{where}: pins[{i}].target_offset[{j}][0]", key[0]); _vec3(f"{where}: pins[{i}].target_offset[{j}][1]", key[1])
+            keys = pin["target_offset"]
+            if not isinstance(keys, list) or not keys or not all(isinstance(k, (list, tuple)) and len(k) == 2 for k in keys):
+                raise FormatError(f"{where}: pins[{i}].target_offset: expected [[frame, [dx, dy, dz]], ...], got {brief(keys)}")
+            pin["target_offset"] = [[_number(f"{where}: pins[{i}].target_offset[{j}][0]", k[0]),
+                                     _vec3(f"{where}: pins[{i}].target_offset[{j}][1]", k[1])] for j, k in enumerate(keys)]
     forces = out.setdefault("forces", [])
     if not isinstance(forces, list):
         raise FormatError(f"{where}: 'forces' must be a list")
@@ -208,10 +223,10 @@ def select_weights(sel: dict, rest: np.ndarray, where: str = "selector", vertex_
         return (d <= value["radius"]).astype(np.float64)
     if kind == "vertex_group":
         if not vertex_groups or value not in vertex_groups:
-            raise FormatError(f"{where}: vertex group '{value}' is not available here (export the scene from Blender to resolve it)")
+            raise FormatError(f"{where}: vertex group {brief(value)} is not available here (export the scene from Blender to resolve it)")
         w = np.asarray(vertex_groups[value], dtype=np.float64)
         if w.shape != (n,):
-            raise FormatError(f"{where}: vertex group '{value}' has {w.size} weights for {n} vertices")
+            raise FormatError(f"{where}: vertex group {brief(value)} has {w.size} weights for {n} vertices")
         return w
     raise FormatError(f"{where}: unknown selector '{kind}'")
 
@@ -232,7 +247,8 @@ def profile_value(profile: dict, frame: float, dt: float) -> float:
         # an impulse lasts one frame unless an end is given
         return 1.0 if end is not None or frame < start + 1 else 0.0
     if kind == "sine":
-        return math.sin(2.0 * math.pi * profile.get("frequency", 1.0) * (frame - start) * dt)
+        frequency = profile.get("frequency")
+        return math.sin(2.0 * math.pi * (1.0 if frequency is None else frequency) * (frame - start) * dt)
     raise FormatError(f"unknown profile '{kind}'")
 
 
@@ -303,7 +319,9 @@ class Setup:
 
 def setup_from_scene(mesh: Mesh, scene: dict, vertex_groups: dict | None = None, where: str = "scene") -> Setup:
     """Resolve a validated scene on a mesh (rest = the mesh's own coordinates, metres)."""
+    from .checks import check_mesh  # local: checks builds on the reference simulator's helpers
     scene = validate_scene(scene, where)
+    warnings = check_mesh(mesh, getattr(mesh, "name", "mesh"))
     rest = np.asarray(mesh.vertices, dtype=np.float64)
     n = len(rest)
     pin_weight = np.zeros(n)
@@ -337,7 +355,7 @@ def setup_from_scene(mesh: Mesh, scene: dict, vertex_groups: dict | None = None,
                  dt=scene["dt"], frames=frames, gravity=np.asarray(scene["gravity"]),
                  material=scene["material"], pin_weight=pin_weight, pin_targets=pin_targets,
                  force_terms=force_terms, floor_z=None if floor is None else floor["z"],
-                 meta={"scene": scene.get("meta", {})})
+                 meta={"scene": scene.get("meta", {}), "warnings": warnings})
 
 
 def setup_from_sequence(seq: Sequence) -> Setup:

@@ -1,0 +1,85 @@
+"""Input checks: what is wrong with a mesh before anything is simulated, in one sentence each.
+
+`inspect_mesh` returns findings; `check_mesh` raises on the first error and returns the
+warnings, which the command line prints and the add-on shows next to its OOD score.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from .formats import FormatError, Mesh
+
+MAX_VERTICES = 2_000_000          # beyond this the engine refuses (memory: ~1.2 KB per vertex)
+BYTES_PER_VERTEX = 1200           # measured peak of encode + bake per vertex (basis, frames)
+EXTREME_ASPECT = 1e4
+
+
+@dataclass
+class Finding:
+    level: str      # "error" or "warning"
+    message: str
+
+
+def inspect_mesh(mesh: Mesh, frames: int = 0) -> list[Finding]:
+    v, f = np.asarray(mesh.vertices), np.asarray(mesh.faces)
+    out = []
+    if len(v) == 0:
+        return [Finding("error", "the mesh has no vertices")]
+    if not np.all(np.isfinite(v)):
+        bad = int(np.argmax(~np.all(np.isfinite(v), axis=1)))
+        return [Finding("error", f"vertex {bad} has a NaN or infinite coordinate")]
+    if len(v) > MAX_VERTICES:
+        return [Finding("error", f"the mesh has {len(v):,} vertices; the limit is {MAX_VERTICES:,} "
+                                 f"(about {MAX_VERTICES * BYTES_PER_VERTEX / 2**30:.1f} GiB of working memory)")]
+    if len(f) == 0:
+        return [Finding("error", "the mesh has no faces (a point cloud cannot be simulated)")]
+    extent = np.ptp(v, axis=0)
+    if extent.max() <= 0:
+        return [Finding("error", "all vertices are at the same point")]
+    area2 = np.linalg.norm(np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]]), axis=1)
+    degenerate = int(np.sum(area2 <= 1e-12 * extent.max() ** 2))
+    if degenerate == len(f):
+        return [Finding("error", "every face is degenerate (zero area)")]
+    if degenerate:
+        out.append(Finding("warning", f"{degenerate} degenerate (zero-area) face(s); they carry no mass or stiffness"))
+    used = np.zeros(len(v), dtype=bool)
+    used[f.ravel()] = True
+    if not used.all():
+        out.append(Finding("warning", f"{int((~used).sum())} loose vertex(es) belong to no face; they follow the nearest material"))
+    rounded = np.round(v / (1e-7 * extent.max()))
+    dup = len(v) - len(np.unique(rounded, axis=0))
+    if dup:
+        out.append(Finding("warning", f"{dup} duplicate vertex(es) at the same position (unwelded seams move apart)"))
+    edges = np.sort(np.concatenate([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]]), axis=1)
+    _, counts = np.unique(edges, axis=0, return_counts=True)
+    nonmanifold = int(np.sum(counts > 2))
+    if nonmanifold:
+        out.append(Finding("warning", f"{nonmanifold} non-manifold edge(s) (shared by more than two faces)"))
+    n_comp = connected_components(coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(len(v), len(v))),
+                                  directed=False)[0] - int((~used).sum())
+    if n_comp > 1:
+        out.append(Finding("warning", f"the mesh has {n_comp} separate parts; they are simulated as one body"))
+    aspect = extent.max() / max(np.sort(extent)[1], 1e-30)
+    if aspect > EXTREME_ASPECT:
+        out.append(Finding("warning", f"extreme aspect ratio ({aspect:.0f}:1); thin directions are poorly resolved"))
+    return out
+
+
+def check_mesh(mesh: Mesh, where: str = "mesh", frames: int = 0) -> list[str]:
+    """Raise FormatError for the first error; return the warnings' messages."""
+    findings = inspect_mesh(mesh, frames)
+    for finding in findings:
+        if finding.level == "error":
+            raise FormatError(f"{where}: {finding.message}")
+    return [x.message for x in findings]
+
+
+def topology_signature(faces) -> str:
+    """A cheap fingerprint of the connectivity, stored with a bake to detect later edits."""
+    f = np.ascontiguousarray(np.asarray(faces, dtype=np.int64))
+    import hashlib
+    return f"{int(f.max()) + 1 if f.size else 0}:{len(f)}:" + hashlib.sha1(f.tobytes()).hexdigest()[:16]
