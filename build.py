@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -35,7 +34,7 @@ MANIFEST = ROOT / "blender_manifest.toml"
 TORCH_PIN = "torch==2.13.0"
 # The reference simulator needs scipy; Blender already ships numpy, so numpy is not bundled.
 EXTRA_PACKAGES = ["scipy"]
-SKIP_WHEELS = ("numpy-",)
+SKIP_PACKAGES = {"numpy"}
 
 # Blender platform name -> pip platform tags (first is preferred) and whether torch exists there.
 PLATFORMS = {
@@ -101,28 +100,69 @@ def stage(stage_dir: Path) -> Path:
     return stage_dir
 
 
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _marker_env(platform: str, python: str) -> dict:
+    system, machine = {"linux-x64": ("Linux", "x86_64"), "linux-arm64": ("Linux", "aarch64"),
+                       "windows-x64": ("Windows", "AMD64"), "windows-arm64": ("Windows", "ARM64"),
+                       "macos-arm64": ("Darwin", "arm64")}[platform]
+    return {"platform_system": system, "platform_machine": machine, "python_version": python,
+            "python_full_version": python + ".0", "implementation_name": "cpython",
+            "platform_python_implementation": "CPython", "os_name": "nt" if system == "Windows" else "posix",
+            "sys_platform": {"Linux": "linux", "Windows": "win32", "Darwin": "darwin"}[system], "extra": ""}
+
+
+def _wheel_requirements(whl: Path) -> list[str]:
+    with zipfile.ZipFile(whl) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode("utf-8", errors="replace")
+    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
+
+
+def _find_wheel(wheel_dir: Path, name: str, python: str):
+    tag = "cp" + python.replace(".", "")
+    found = [w for w in wheel_dir.glob("*.whl") if _canonical(w.name.split("-")[0]) == name]
+    exact = [w for w in found if f"-{tag}-" in w.name]
+    return (exact or found or [None])[0]
+
+
 def download_wheels(platform: str, wheel_dir: Path, python_versions: list[str]) -> list[str]:
+    """Download torch (and scipy) with their dependencies for `platform`, resolving environment markers for
+    that platform (pip itself evaluates markers for the machine it runs on, so dependencies are followed here
+    one package at a time with --no-deps)."""
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # pip vendors it
+        from pip._vendor.packaging.requirements import Requirement
     if platform not in PLATFORMS:
         raise BuildError(f"unknown platform '{platform}' (one of {', '.join(PLATFORMS)})")
     wheel_dir.mkdir(parents=True, exist_ok=True)
     for py in python_versions:
-        nodot = py.replace(".", "")
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-               "--only-binary=:all:", "--dest", str(wheel_dir), "--python-version", py,
-               "--implementation", "cp", "--abi", f"cp{nodot}"]
-        for tag in PLATFORMS[platform]:
-            cmd += ["--platform", tag]
-        cmd += [TORCH_PIN, *EXTRA_PACKAGES]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1]
-            raise BuildError(f"could not download {TORCH_PIN} for {platform} (Python {py}): {last}")
-    wheels = []
-    for whl in sorted(wheel_dir.glob("*.whl")):
-        if whl.name.startswith(SKIP_WHEELS):
-            whl.unlink()
-            continue
-        wheels.append(f"./wheels/{whl.name}")
+        env = _marker_env(platform, py)
+        queue, seen = [TORCH_PIN, *EXTRA_PACKAGES], set()
+        while queue:
+            req = Requirement(queue.pop(0))
+            name = _canonical(req.name)
+            if name in seen or name in SKIP_PACKAGES or (req.marker is not None and not req.marker.evaluate(env)):
+                continue
+            seen.add(name)
+            cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+                   "--only-binary=:all:", "--dest", str(wheel_dir), "--python-version", py,
+                   "--implementation", "cp", "--abi", "cp" + py.replace(".", ""), "--abi", "abi3", "--abi", "none"]
+            for tag in PLATFORMS[platform] + ["any"]:
+                cmd += ["--platform", tag]
+            cmd.append(f"{req.name}{req.specifier}")
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1]
+                raise BuildError(f"could not download {req.name}{req.specifier} for {platform} (Python {py}): {last}")
+            whl = _find_wheel(wheel_dir, name, py)
+            if whl is None:
+                raise BuildError(f"pip reported success but no wheel for {req.name} appeared in {wheel_dir}")
+            queue.extend(_wheel_requirements(whl))
+    wheels = [f"./wheels/{w.name}" for w in sorted(wheel_dir.glob("*.whl"))]
     if not any(Path(w).name.startswith("torch-") for w in wheels):
         raise BuildError(f"pip did not produce a torch wheel for {platform}")
     return wheels
@@ -159,8 +199,7 @@ def build(out_dir: Path, stage_dir: Path, bundle: str | None = None, python_vers
     target = out_dir / name
     if target.exists():
         target.unlink()
-    run_blender_ext(["build", "--source-dir", str(stage_dir), "--output-dir", str(out_dir),
-                     "--output-filepath", str(target)])
+    run_blender_ext(["build", "--source-dir", str(stage_dir), "--output-filepath", str(target)])
     if not target.is_file():
         raise BuildError(f"the builder did not write {target}")
     if verbose:

@@ -1,6 +1,5 @@
 """Settings stored in the .blend: `Object.neurok` (material, pins, painted forces, bake record)
 and `Scene.neurok` (engine, floor, frame range). Nothing about a running job is stored here."""
-from __future__ import annotations
 
 import bpy
 from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, FloatVectorProperty,
@@ -20,6 +19,9 @@ PRESET_ITEMS = [
 _KNOWN = {item[0] for item in PRESET_ITEMS}
 PRESET_ITEMS = [item for item in PRESET_ITEMS if item[0] in PRESETS] + [
     (name, name.title(), "Material preset from the engine") for name in PRESETS if name not in _KNOWN]
+
+# Blender 5.0 warns when a FILE_PATH property holds a "//" path unless it says it supports them.
+REL_PATH = {'PATH_SUPPORTS_BLEND_RELATIVE'} if bpy.app.version >= (5, 0, 0) else set()
 
 SLIDERS = ("stiffness", "density", "poisson", "damping", "air_damping", "bending")
 
@@ -72,7 +74,7 @@ class NeurokBake(bpy.types.PropertyGroup):
     """What the last bake wrote (read back to free it, to detect topology changes, to show the OOD score)."""
     kind: EnumProperty(name="Bake", default='NONE',
                        items=[('NONE', "None", ""), ('CACHE', "Mesh Cache", ""), ('SHAPE_KEYS', "Shape Keys", "")])
-    cache_path: StringProperty(name="Cache File", subtype='FILE_PATH',
+    cache_path: StringProperty(name="Cache File", subtype='FILE_PATH', options=REL_PATH,
                                description="PC2 file written by the last Mesh Cache bake")
     frame_start: IntProperty(name="First Frame")
     frames: IntProperty(name="Frames")
@@ -82,6 +84,7 @@ class NeurokBake(bpy.types.PropertyGroup):
     seconds: FloatProperty(name="Seconds")
     owns_basis: BoolProperty(name="Owns Basis", description="NeuROK created the Basis shape key")
     shape_key_mode: StringProperty(name="Shape Key Mode")
+    action_name: StringProperty(name="Action", description="Action NeuROK created for its shape-key curves")
     ood_score: FloatProperty(name="OOD Score", default=-1.0)
     ood_level: StringProperty(name="OOD Level")
     ood_message: StringProperty(name="OOD Message")
@@ -148,7 +151,7 @@ class NeurokSceneSettings(bpy.types.PropertyGroup):
                                              "setup is from what it was trained on"),
                ('REFERENCE', "Reference (exact, slow)", "The full finite-element / cloth simulator the learned "
                                                         "engine was trained against")])
-    model_path: StringProperty(name="Model", subtype='FILE_PATH',
+    model_path: StringProperty(name="Model", subtype='FILE_PATH', options=REL_PATH,
                                description="Checkpoint of the learned engine; empty uses the bundled model")
     use_floor: BoolProperty(name="Floor", default=False, description="A ground plane objects cannot fall through")
     floor_height: FloatProperty(name="Height", default=0.0, unit='LENGTH', description="Floor height (world Z)")

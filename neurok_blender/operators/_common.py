@@ -1,0 +1,148 @@
+"""Shared operator plumbing: start a job (thread + timer modal, or inline in background mode),
+drain its queue on TIMER events, and finish on the main thread with fresh bpy lookups."""
+
+import bpy
+
+from .. import bridge, jobs, preferences
+from ..engine_link import NeurokError
+
+
+def report_warnings(op, warnings) -> None:
+    for w in dict.fromkeys(warnings):
+        op.report({'WARNING'}, w)
+
+
+def fault_sentence(job) -> str:
+    frame = "" if job.fault_frame is None else f" at frame {job.inputs.frame_start + int(job.fault_frame)}"
+    return (f"The simulation became unstable{frame}, so nothing was written; try more damping, "
+            "a stiffer material or the Reference engine.")
+
+
+class JobOperator:
+    """Mixin for operators that run a `jobs.Job`. Subclasses set `job_kind` and implement `on_done`."""
+    job_kind = "bake"
+    stream = False
+    cancelled_message = "Bake cancelled; nothing was changed."
+
+    _timer = None
+    _obj_name = ""
+
+    def start_job(self, context, inputs, task=None, total=None):
+        job = jobs.Job(self.job_kind, inputs, device=preferences.device(context), stream=self.stream,
+                       task=task, total=total)
+        job.handler = self.on_message
+        jobs.JOBS[inputs.obj_name] = job
+        self._obj_name = inputs.obj_name
+        if jobs.synchronous(context):
+            try:
+                job.run_sync()
+            finally:
+                jobs.JOBS.pop(inputs.obj_name, None)
+            return self.finish(context, job)
+        job.start()
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(preferences.timer_interval(context), window=context.window)
+        wm.modal_handler_add(self)
+        jobs.tag_redraw(context)
+        return {'RUNNING_MODAL'}
+
+    def _stop_timer(self, context):
+        if self._timer is not None:
+            context.window_manager.event_timer_remove(self._timer)
+            self._timer = None
+
+    def modal(self, context, event):
+        job = jobs.JOBS.get(self._obj_name)
+        if job is None:  # the job was dropped (file loaded, add-on disabled)
+            self._stop_timer(context)
+            return {'CANCELLED'}
+        if event.type == 'ESC' and event.value == 'PRESS':
+            job.cancel.set()
+            return {'RUNNING_MODAL'}
+        if event.type == 'TIMER':
+            job.drain()
+            self.on_tick(context, job)
+            jobs.tag_redraw(context)
+            if job.finished:
+                self._stop_timer(context)
+                if jobs.JOBS.get(self._obj_name) is job:
+                    del jobs.JOBS[self._obj_name]
+                result = self.finish(context, job)
+                jobs.tag_redraw(context)
+                return result
+        return {'PASS_THROUGH'}
+
+    def cancel(self, context):  # Blender calls this when the modal is killed (file load, quit)
+        job = jobs.JOBS.pop(self._obj_name, None)
+        if job is not None:
+            job.cancel.set()
+        self._stop_timer(context)
+
+    # hooks -------------------------------------------------------------
+    def on_message(self, job, msg):
+        pass
+
+    def on_tick(self, context, job):
+        pass
+
+    def on_done(self, context, obj, job):
+        raise NotImplementedError
+
+    def finish(self, context, job):
+        if job.status == "cancelled":
+            self.report({'WARNING'}, self.cancelled_message)
+            return {'CANCELLED'}
+        if job.status == "fault":
+            self.report({'ERROR'}, fault_sentence(job))
+            return {'CANCELLED'}
+        if job.status == "error":
+            msg = job.message.strip() or "The engine failed."
+            self.report({'ERROR'}, msg if msg.endswith(".") else msg + ".")
+            return {'CANCELLED'}
+        obj = bpy.data.objects.get(job.obj_name)
+        if obj is None or obj.type != 'MESH':
+            self.report({'ERROR'}, f"'{job.obj_name}' was deleted or renamed while NeuROK was running; nothing was written.")
+            return {'CANCELLED'}
+        if job.kind != "specialize" and (len(obj.data.vertices) != job.inputs.vertex_count
+                                         or bridge.topology_hash(obj.data) != job.inputs.topology):
+            self.report({'ERROR'}, f"'{obj.name}' was edited while NeuROK was running, so nothing was written; run it again.")
+            return {'CANCELLED'}
+        try:
+            return self.on_done(context, obj, job)
+        except NeurokError as e:
+            self.report({'ERROR'}, str(e))
+            return {'CANCELLED'}
+        except OSError as e:
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+            self.report({'ERROR'}, f"Could not write the result{where}: {e.strerror or e}.")
+            return {'CANCELLED'}
+
+
+def gather_or_report(op, context, obj, check_engine=True):
+    try:
+        inputs = bridge.gather(context, obj, check_engine=check_engine)
+    except NeurokError as e:
+        op.report({'ERROR'}, str(e))
+        return None
+    report_warnings(op, inputs.warnings)
+    return inputs
+
+
+def target_or_report(op, context, name=""):
+    try:
+        return bridge.target_object(context, name)
+    except NeurokError as e:
+        op.report({'ERROR'}, str(e))
+        return None
+
+
+def busy_or_report(op, obj_name) -> bool:
+    job = jobs.JOBS.get(obj_name)
+    if job is None:
+        return False
+    if job.kind == "preview":  # a bake takes over from a running preview
+        job.cancel.set()
+        jobs.JOBS.pop(obj_name, None)
+        return False
+    op.report({'ERROR'}, f"NeuROK is already running a {job.kind} on '{obj_name}'; wait for it or press Esc.")
+    return True

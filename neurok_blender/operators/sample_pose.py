@@ -1,0 +1,76 @@
+"""neurok.sample_pose: draw a plausible deformation from the learned prior and store it as a shape key."""
+
+import bpy
+import numpy as np
+from bpy.props import IntProperty, StringProperty
+
+from .. import bridge, jobs, preferences
+from ..engine_link import NeurokError, has_module, learned_engine_status, module
+from . import _common
+
+
+def unavailable_reason(context) -> str | None:
+    if not has_module("runtime"):
+        return "Sampling poses needs the learned engine, which this build does not include yet."
+    s = context.scene.neurok
+    problem = learned_engine_status(bpy.path.abspath(s.model_path) if s.model_path else "")
+    if problem:
+        return problem
+    return None
+
+
+class NEUROK_OT_sample_pose(bpy.types.Operator):
+    """Generate a plausible deformation of this object from the learned model's prior and store it as the
+    shape key "NeuROK Pose" (value 1); run again with another seed for another pose"""
+    bl_idname = "neurok.sample_pose"
+    bl_label = "Sample Pose"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    object_name: StringProperty(name="Object", options={'SKIP_SAVE', 'HIDDEN'})
+    seed: IntProperty(name="Seed", default=0, min=0, description="Different seeds give different poses")
+
+    @classmethod
+    def poll(cls, context):
+        reason = unavailable_reason(context)
+        if reason:
+            cls.poll_message_set(reason)
+            return False
+        return True
+
+    def execute(self, context):
+        reason = unavailable_reason(context)
+        if reason:
+            self.report({'ERROR'}, reason)
+            return {'CANCELLED'}
+        obj = _common.target_or_report(self, context, self.object_name)
+        if obj is None:
+            return {'CANCELLED'}
+        key = obj.data.shape_keys
+        if key is not None and not key.use_relative:
+            self.report({'ERROR'}, f"'{obj.name}' plays absolute shape keys; free the shape-key bake before sampling a pose.")
+            return {'CANCELLED'}
+        inputs = _common.gather_or_report(self, context, obj)
+        if inputs is None:
+            return {'CANCELLED'}
+        try:
+            runtime = module("runtime")
+            engine_cls = getattr(runtime, "NeurokEngine")
+            if not hasattr(engine_cls, "sample_pose"):
+                raise NeurokError("This version of the learned engine cannot sample poses yet.")
+            engine = jobs.get_engine("neurok", inputs.model, preferences.device(context))
+            pose = np.asarray(engine.sample_pose(inputs.setup, self.seed), dtype=np.float64)
+        except NeurokError as e:
+            self.report({'ERROR'}, str(e))
+            return {'CANCELLED'}
+        if pose.shape != (inputs.vertex_count, 3) or not np.all(np.isfinite(pose)):
+            self.report({'ERROR'}, "The engine returned an unusable pose; nothing was changed.")
+            return {'CANCELLED'}
+        local = inputs.to_local(pose)
+        if obj.data.shape_keys is None:
+            obj.shape_key_add(name="Basis", from_mix=False)
+        kb = obj.data.shape_keys.key_blocks.get(bridge.POSE_KEY) or obj.shape_key_add(name=bridge.POSE_KEY, from_mix=False)
+        kb.data.foreach_set("co", local.ravel())
+        kb.value = 1.0
+        obj.data.update()
+        self.report({'INFO'}, f"Stored a sampled pose (seed {self.seed}) as the shape key '{bridge.POSE_KEY}'.")
+        return {'FINISHED'}
