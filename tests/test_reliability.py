@@ -86,6 +86,7 @@ def test_cli_bad_inputs_exit_2_with_one_line(tmp_path, capsys, tiny_model):
         ["simulate", "--mesh", str(good), "--scene", str(bad_scene), "--engine", "reference", "--out", str(tmp_path / "o.npz")],
         ["simulate", "--mesh", str(good), "--scene", str(scene), "--engine", "reference", "--out", str(tmp_path / "o.txt")],
         ["simulate", "--replay", str(scene), "--engine", "reference", "--out", str(tmp_path / "o.npz")],
+        ["simulate", "--replay", str(scene), "--scene", str(scene), "--engine", "reference", "--out", str(tmp_path / "o.npz")],
         ["simulate", "--mesh", str(good), "--scene", str(scene), "--engine", "neurok", "--model", str(broken_ckpt), "--out", str(tmp_path / "o.npz")],
     ]
     for argv in cases:
