@@ -13,6 +13,7 @@ import os
 import struct
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,21 @@ class NeurokError(Exception):
 
 class FormatError(NeurokError):
     """A file or value that does not follow its format."""
+
+
+def brief(value, limit: int = 60) -> str:
+    """A short, one-line rendering of a value for an error message (user text can hold
+    newlines, numpy arrays print over several lines)."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def one_line(text) -> str:
+    return " ".join(str(text).split())
 
 
 # --------------------------------------------------------------------------- atomic writes
@@ -90,7 +106,8 @@ def validate_mesh(mesh: Mesh, where: str) -> Mesh:
         bad = int(np.argmax(~np.all(np.isfinite(v), axis=1)))
         raise FormatError(f"{where}: vertex {bad} has a NaN or infinite coordinate")
     if len(f) and (f.min() < 0 or f.max() >= len(v)):
-        raise FormatError(f"{where}: a face refers to vertex {int(f.max())} but the mesh has {len(v)} vertices")
+        bad = int(f.min()) if f.min() < 0 else int(f.max())
+        raise FormatError(f"{where}: a face refers to vertex {bad} but the mesh has {len(v)} vertices")
     return mesh
 
 
@@ -111,8 +128,9 @@ def read_mesh(path) -> Mesh:
             raise FormatError(f"{path}: unknown mesh type '{suffix}' (use .obj, .ply or .npz)")
     except FormatError:
         raise
-    except (ValueError, IndexError, KeyError, struct.error, UnicodeDecodeError, zipfile.BadZipFile, OSError) as e:
-        raise FormatError(f"{path}: not a readable mesh ({type(e).__name__}: {e})") from None
+    except (ValueError, IndexError, KeyError, TypeError, struct.error, UnicodeDecodeError, zipfile.BadZipFile,
+            zlib.error, EOFError, OSError) as e:
+        raise FormatError(f"{path}: not a readable mesh ({type(e).__name__}: {one_line(e)[:120]})") from None
     mesh.name = path.stem
     return validate_mesh(mesh, str(path))
 
@@ -132,6 +150,8 @@ def _read_obj(path: Path) -> Mesh:
                 idx = []
                 for tok in parts[1:]:
                     i = int(tok.split("/")[0])
+                    if i == 0:
+                        raise FormatError(f"{path}:{lineno}: face index 0 (OBJ indices start at 1)")
                     idx.append(i - 1 if i > 0 else len(verts) + i)
                 if len(idx) < 3:
                     raise FormatError(f"{path}:{lineno}: a face needs at least three vertices")
@@ -218,12 +238,34 @@ def _read_ply(path: Path) -> Mesh:
     return Mesh(verts, triangulate(polys))
 
 
+def _load_npz(path) -> dict:
+    """All arrays of an .npz file (no pickles); FormatError for anything that is not one."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise FormatError(f"{path}: no such file") from None
+    except Exception as e:  # noqa: BLE001 - any failure to parse is a malformed file
+        raise FormatError(f"{path}: not a readable .npz file ({type(e).__name__})") from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise FormatError(f"{path}: not an .npz archive (a single .npy array)")
+    try:
+        with loaded as z:
+            return {k: z[k] for k in z.files}
+    except Exception as e:  # noqa: BLE001 - corrupt members: bad zlib data, bad .npy headers, pickles
+        raise FormatError(f"{path}: not a readable .npz file ({type(e).__name__})") from None
+
+
 def _read_npz_mesh(path: Path) -> Mesh:
-    with np.load(path, allow_pickle=False) as z:
-        key = "vertices" if "vertices" in z else "rest" if "rest" in z else None
-        if key is None or "faces" not in z:
-            raise FormatError(f"{path}: an .npz mesh needs 'vertices' (or 'rest') and 'faces'")
-        return Mesh(z[key], z["faces"])
+    z = _load_npz(path)
+    key = "vertices" if "vertices" in z else "rest" if "rest" in z else None
+    if key is None or "faces" not in z:
+        raise FormatError(f"{path}: an .npz mesh needs 'vertices' (or 'rest') and 'faces'")
+    v, f = np.asarray(z[key]), np.asarray(z["faces"])
+    if v.ndim != 2 or v.shape[1] != 3 or not np.issubdtype(v.dtype, np.number):
+        raise FormatError(f"{path}: '{key}' has shape {list(v.shape)} ({v.dtype}), expected [N,3] numbers")
+    if f.ndim != 2 or f.shape[1] != 3 or not np.issubdtype(f.dtype, np.integer):
+        raise FormatError(f"{path}: 'faces' has shape {list(f.shape)} ({f.dtype}), expected [F,3] integers")
+    return Mesh(v, f)
 
 
 def write_obj(path, mesh: Mesh) -> None:
@@ -268,12 +310,16 @@ def _shape_check(where, key, arr, shape, dtype=np.float32):
     if dtype is np.float32:
         if not np.issubdtype(arr.dtype, np.floating):
             raise FormatError(f"{where}: '{key}' must be floating point, got {arr.dtype}")
-        arr = arr.astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            arr = arr.astype(np.float32)
         if not np.all(np.isfinite(arr)):
             raise FormatError(f"{where}: '{key}' contains NaN or infinite values")
     else:
         if not np.issubdtype(arr.dtype, np.integer):
             raise FormatError(f"{where}: '{key}' must be integer, got {arr.dtype}")
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) > np.iinfo(np.int32).max):
+            bad = int(arr.min()) if int(arr.min()) < 0 else int(arr.max())
+            raise FormatError(f"{where}: '{key}' holds the index {bad}, out of range")
         arr = arr.astype(np.int32)
     return arr
 
@@ -283,6 +329,8 @@ def _json_field(where, key, raw):
         value = json.loads(str(raw))
     except json.JSONDecodeError as e:
         raise FormatError(f"{where}: '{key}' is not valid JSON ({e.msg})") from None
+    except (ValueError, RecursionError) as e:  # e.g. integers with too many digits, deep nesting
+        raise FormatError(f"{where}: '{key}' is not valid JSON ({type(e).__name__})") from None
     if not isinstance(value, dict):
         raise FormatError(f"{where}: '{key}' must be a JSON object")
     return value
@@ -290,14 +338,9 @@ def _json_field(where, key, raw):
 
 def read_sequence(path) -> Sequence:
     where = str(path)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            raw = {k: z[k] for k in z.files}
-    except FileNotFoundError:
-        raise FormatError(f"{where}: no such sequence file") from None
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
-        raise FormatError(f"{where}: not a readable .npz file ({type(e).__name__})") from None
-    return sequence_from_arrays(raw, where)
+    if not Path(path).exists():
+        raise FormatError(f"{where}: no such sequence file")
+    return sequence_from_arrays(_load_npz(path), where)
 
 
 def sequence_from_arrays(raw: dict, where: str = "sequence") -> Sequence:
@@ -306,7 +349,7 @@ def sequence_from_arrays(raw: dict, where: str = "sequence") -> Sequence:
             raise FormatError(f"{where}: missing required key '{key}'")
     fmt = str(raw["format"])
     if fmt != SEQUENCE_FORMAT:
-        raise FormatError(f"{where}: 'format' is '{fmt}', expected '{SEQUENCE_FORMAT}'")
+        raise FormatError(f"{where}: 'format' is {brief(fmt)}, expected '{SEQUENCE_FORMAT}'")
     rest = _shape_check(where, "rest", raw["rest"], (None, 3))
     n = rest.shape[0]
     if n == 0:
@@ -320,7 +363,7 @@ def sequence_from_arrays(raw: dict, where: str = "sequence") -> Sequence:
         raise FormatError(f"{where}: 'positions' has no frames")
     try:
         dt = float(np.asarray(raw["dt"]).reshape(()))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         raise FormatError(f"{where}: 'dt' must be one number") from None
     if not (math.isfinite(dt) and dt > 0):
         raise FormatError(f"{where}: 'dt' must be a positive number of seconds, got {dt}")
@@ -328,7 +371,7 @@ def sequence_from_arrays(raw: dict, where: str = "sequence") -> Sequence:
     material = _json_field(where, "material", raw["material"])
     kind = material.get("kind", "solid")
     if kind not in ("solid", "cloth"):
-        raise FormatError(f"{where}: material 'kind' is '{kind}', expected 'solid' or 'cloth'")
+        raise FormatError(f"{where}: material 'kind' is {brief(kind)}, expected 'solid' or 'cloth'")
     seq = Sequence(rest=rest, faces=faces, positions=positions, dt=dt, gravity=gravity, material=material)
     if "external_accel" in raw:
         seq.external_accel = _shape_check(where, "external_accel", raw["external_accel"], (t, n, 3))
@@ -345,7 +388,12 @@ def sequence_from_arrays(raw: dict, where: str = "sequence") -> Sequence:
         if seq.vertex_mass.min() <= 0:
             raise FormatError(f"{where}: 'vertex_mass' must be positive")
     if "floor_z" in raw:
-        fz = float(np.asarray(raw["floor_z"]).reshape(()))
+        try:
+            fz = float(np.asarray(raw["floor_z"]).reshape(()))
+        except (ValueError, TypeError, OverflowError):
+            raise FormatError(f"{where}: 'floor_z' must be one number (NaN: no floor)") from None
+        if math.isinf(fz):
+            raise FormatError(f"{where}: 'floor_z' must be finite (NaN: no floor), got {fz}")
         seq.floor_z = None if math.isnan(fz) else fz
     if "meta" in raw:
         seq.meta = _json_field(where, "meta", raw["meta"])
@@ -421,6 +469,8 @@ def read_scene(path) -> dict:
         scene = json.loads(text)
     except json.JSONDecodeError as e:
         raise FormatError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    except (ValueError, RecursionError) as e:  # e.g. integers with too many digits, deep nesting
+        raise FormatError(f"{path}: not valid JSON ({type(e).__name__})") from None
     from .scene import validate_scene  # local import: scene.py builds on this module
     return validate_scene(scene, str(path))
 
