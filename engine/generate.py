@@ -95,7 +95,9 @@ def random_scene(rng, mesh, kind, frames, dt):
             scene["pins"].append({"select": pin, "strength": 1.0})
         else:
             scene["floor"] = {"z": zmin}
-        c = rng.uniform(0.0, 1.0, size=3).tolist()
+        lo, hi = mesh.vertices.min(axis=0), mesh.vertices.max(axis=0)
+        hit = mesh.vertices[int(rng.integers(len(mesh.vertices)))]   # centred on the surface: never empty
+        c = ((hit - lo) / np.maximum(hi - lo, 1e-12)).tolist()
         a = _random_direction(rng) * strength(20.0, 300.0)
         scene["forces"].append({"select": {"sphere": {"center": c, "radius": float(rng.uniform(0.2, 0.5))}},
                                 "accel": a.tolist(), "profile": {"type": "impulse", "start": int(rng.integers(0, 6))}})
