@@ -11,7 +11,7 @@ pca_modal  (per-mesh PCA subspace, linear second-order modal dynamics)
 
         q_{t+1} = A q_t + B q_{t-1} + C g_t + c,     g_t = Phi^T (external_accel_t + gravity),
 
-    ridge-regularised towards free inertia (A = 2I, B = -I, C = dt^2 I, c = 0). Eigenvalues of
+    lightly ridge-regularised towards free inertia (A = 2I, B = -I, C = dt^2 I, c = 0). Eigenvalues of
     the model's companion matrix are clamped into the unit disk (a fitted linear model may be
     unstable on its own; clamping makes it a fair, stable baseline). Frames 0..K-1 are the
     projection of the true frames it was shown; it is rolled out from there for frames K..T-1.
@@ -43,11 +43,11 @@ from torch import nn
 from .checkpoint import load_checkpoint
 from .dynamics import DTYPE, encode, pin_omega2
 from .formats import FormatError, NeurokError, atomic_write_bytes, read_sequence
-from .model import MATERIAL_FEATURES, mlp
+from .model import MATERIAL_FEATURES, TRANSLATION_MODES, mlp
 from .scene import Setup, setup_from_sequence
 
 MLP_FORMAT = "neurok.latent_mlp/1"
-BLOWUP = 10.0              # |q| (normalised lengths) beyond which a rollout is a blow-up
+BLOWUP = 10.0              # |q_elastic| (normalised lengths) beyond which a rollout is a blow-up
 PCA_FIT_SHARE = 0.25
 PCA_MAX_MODES = 8
 
@@ -86,8 +86,9 @@ def pca_modal(positions: np.ndarray, setup: Setup, fit_share: float = PCA_FIT_SH
     X = np.concatenate([q[1:K - 1], q[0:K - 2], g[1:K - 1], np.ones((K - 2, 1))], axis=1)
     Y = q[2:K]
     prior = np.concatenate([2.0 * np.eye(r), -np.eye(r), dt ** 2 * np.eye(r), np.zeros((1, r))], axis=0)  # [3r+1, r]
-    lam = 1e-3 * (np.trace(X.T @ X) / X.shape[1] + 1e-12)
-    W = prior + np.linalg.solve(X.T @ X + lam * np.eye(X.shape[1]), X.T @ (Y - X @ prior))
+    XtX = X.T @ X
+    lam = 1e-4 * np.diag(XtX) + 1e-12 * (np.trace(XtX) + 1e-30)   # small, per column (scale-free)
+    W = prior + np.linalg.solve(XtX + np.diag(lam), X.T @ (Y - X @ prior))
     A, B, C, c = W[:r].T, W[r:2 * r].T, W[2 * r:3 * r].T, W[3 * r]
     A, B, clamped = _stabilise(A, B)
     info["clamped_eigenvalues"] = clamped
@@ -131,6 +132,7 @@ class LatentMLP(nn.Module):
         self.register_buffer("in_mean", torch.zeros(n_in))
         self.register_buffer("in_std", torch.ones(n_in))
         self.register_buffer("out_std", torch.ones(latent))
+        self.to(DTYPE)  # the NeuROK model's latents are in DTYPE
 
     def config(self):
         return {"latent": self.latent, "shape_code": self.shape_code, "hidden": self.hidden}
@@ -188,7 +190,8 @@ def rollout_latent_mlp(stepper: LatentMLP, model, setup: Setup, device="cpu"):
         fault = None
         for t in range(setup.frames - 1):
             q_new = stepper(terms.features(t, q, q_prev), q, q_prev)
-            if not bool(torch.all(torch.isfinite(q_new))) or float(torch.linalg.norm(q_new)) > BLOWUP:
+            # the translation block is rigid motion (a body may fall any distance), as in the runtime's guard
+            if not bool(torch.all(torch.isfinite(q_new))) or float(torch.linalg.norm(q_new[TRANSLATION_MODES:])) > BLOWUP:
                 fault = t + 1
                 out[t + 1:] = out[t]
                 break
@@ -283,6 +286,8 @@ def _fit_normalisation(net, seqs):
 
 
 def _rollout_loss(net, seqs, rng, batch, L, noise=2e-3):
+    """Mean latent error (= mass-weighted RMS vertex error beyond the projection error, the
+    basis being mass-orthonormal) of `batch` rollouts of up to L frames from noisy true starts."""
     picks = []
     for _ in range(batch):
         s = seqs[int(rng.integers(len(seqs)))]
@@ -294,12 +299,24 @@ def _rollout_loss(net, seqs, rng, batch, L, noise=2e-3):
     q_prev = torch.stack([s.Q[t0 - 1] if t0 > 0 else s.Q_prev0 for s, t0, _ in picks])
     shift = noise * torch.randn_like(q)
     q, q_prev = q + shift, q_prev + shift  # same offset: a position error, not a velocity kick
+    F = torch.stack([s.terms.F[t0:t0 + n] for s, t0, _ in picks])              # [B,n,d]
+    Pb = torch.stack([s.terms.Pb[t0:t0 + n] for s, t0, _ in picks])
+    target = torch.stack([s.Q[t0 + 1:t0 + n + 1] for s, t0, _ in picks])       # [B,n,d]
+    P = torch.stack([s.terms.P for s, _, _ in picks])                           # [B,d,d]
+    phi_z = torch.stack([s.terms.phi_z for s, _, _ in picks])                   # [B,K,d]
+    z_c = torch.stack([s.terms.z_c for s, _, _ in picks])                       # [B,K]
+    floor = torch.tensor([s.terms.floor for s, _, _ in picks], dtype=q.dtype)[:, None]
+    has_floor = torch.tensor([s.terms.has_floor for s, _, _ in picks], dtype=q.dtype)[:, None]
+    cond = torch.stack([s.terms.cond for s, _, _ in picks])
+    diagP = torch.diagonal(P, dim1=1, dim2=2)
     errs = []
     for k in range(n):
-        feats = torch.stack([s.terms.features(t0 + k, q[i], q_prev[i]) for i, (s, t0, _) in enumerate(picks)])
+        pin = Pb[:, k] - torch.einsum("bij,bj->bi", P, q)
+        z = z_c + torch.einsum("bkj,bj->bk", phi_z, q)
+        gap = has_floor * torch.clamp(z.min(dim=-1, keepdim=True).values - floor, -1.0, 1.0)
+        feats = torch.cat([q, q - q_prev, F[:, k], pin, diagP, cond, gap], dim=-1)
         q_new = net(feats, q, q_prev)
-        target = torch.stack([s.Q[t0 + k + 1] for s, t0, _ in picks])
-        errs.append(torch.sqrt(((q_new - target) ** 2).sum(-1) + 1e-12))
+        errs.append(torch.sqrt(((q_new - target[:, k]) ** 2).sum(-1) + 1e-12))
         q_prev, q = q, q_new
     return torch.stack(errs).mean()
 

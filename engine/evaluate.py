@@ -142,7 +142,7 @@ def sequence_metrics(pred, true, setup, fault=None, with_chamfer=True) -> dict:
     T = len(true)
     out = {"frames": T, "curve": curve, "rel_l2_mean": float(curve[1:].mean()) if T > 1 else 0.0,
            "unstable": stop < len(pred), "unstable_frame": stop if stop < len(pred) else None,
-           "pin_drift": pin_drift(held, setup, diag)}
+           "pin_drift": pin_drift(held, setup, diag), "pin_drift_truth": pin_drift(true, setup, diag)}
     if with_chamfer and T > 1:
         out["chamfer_l1"] = float(np.mean([chamfer_l1(held[f], true[f], setup.faces, diag, seed=f)
                                            for f in chamfer_frames(T)]))
@@ -163,6 +163,7 @@ def aggregate(records) -> dict:
     block["chamfer_l1"] = _mean([r.get("chamfer_l1") for r in records])
     block["unstable_share"] = float(np.mean([r["unstable"] for r in records])) if records else None
     block["pin_drift"] = _mean([r.get("pin_drift") for r in records])
+    block["pin_drift_truth"] = _mean([r.get("pin_drift_truth") for r in records])   # the reference's own (pins are springs)
     if records:
         T = max(r["frames"] for r in records)
         block["rel_l2_curve"] = [_mean([r["curve"][t] for r in records if t < r["frames"]]) for t in range(T)]
@@ -204,54 +205,70 @@ def energy_setup(name, frames=2):
 
 def energy_drift(model, steps=ENERGY_STEPS, integrators=None, meshes=ENERGY_MESHES, amplitude=0.01, seed=0,
                  device="cpu", keep_curves=False) -> dict:
-    """|E(t) - E(0)| / E(0) over `steps` undamped, force-free latent steps (h = SUBSTEP) from a
-    small displacement and velocity in the elastic modes. Returns
-    {"max": {integrator: worst over meshes}, "final": {...}, "per_mesh": {...}, "steps": n}."""
-    from .dynamics import SUBSTEP
-    from .integrators import INTEGRATORS, step as integrator_step
+    """|E(t) - E(0)| / E(0), E = 1/2 |q'|^2 + w0^2 v(q), over `steps` undamped, force-free latent
+    steps from a small displacement and velocity in the elastic modes (1% of the diagonal).
+
+    It runs the engine's own stepping (`NeurokRun.latent_frames`, the same code a bake runs):
+    the start state is decoded to vertex positions and velocities, which the run encodes
+    exactly back (the basis is mass-orthonormal); a frame is `substeps` steps, and E is read
+    at every frame. Returns {"max": {integrator: worst over meshes}, "final": {...},
+    "per_mesh": {...}, "steps": n}."""
+    from .integrators import INTEGRATORS
     from .model import TRANSLATION_MODES
-    from .runtime import LatentScene
+    from .runtime import LatentScene, NeurokRun
     integrators = integrators or INTEGRATORS
-    result = {"steps": steps, "h": SUBSTEP, "amplitude": amplitude, "max": {}, "final": {}, "per_mesh": {}}
+    result = {"steps": steps, "amplitude": amplitude, "max": {}, "final": {}, "per_mesh": {}}
     if keep_curves:
         result["curves"] = {}
-    with torch.no_grad():
-        for name in meshes:
-            setup = energy_setup(name)
-            scene = LatentScene(model, setup, device=device)
+    for name in meshes:
+        base = energy_setup(name)
+        with torch.no_grad():
+            scene = LatentScene(model, base, device=device)
             d = scene.q0.shape[0]
             g = torch.Generator().manual_seed(seed)
-            u1 = torch.randn(d, generator=g, dtype=scene.q0.dtype)
-            u2 = torch.randn(d, generator=g, dtype=scene.q0.dtype)
+            u1 = torch.randn(d, generator=g).to(scene.q0)
+            u2 = torch.randn(d, generator=g).to(scene.q0)
             u1[:TRANSLATION_MODES] = 0.0
             u2[:TRANSLATION_MODES] = 0.0
             u1, u2 = u1 / u1.norm(), u2 / u2.norm()
             w0 = math.sqrt(scene.w0sq)
-            pot = model.potential
-            red = scene.red
+            q0, qd0 = amplitude * u1, amplitude * w0 * u2
+            x0 = scene.decode_metres(q0)
+            v0 = torch.einsum("nja,j->na", scene.red.phi, qd0).cpu().numpy() * scene.scale
+        red, pot = scene.red, model.potential
+        for integ in integrators:
+            setup = energy_setup(name)
+            setup.x0, setup.v0 = x0, v0
+            run = NeurokRun(model, setup, device=device, integrator=integ)
+            setup.frames = int(math.ceil(steps / run.substeps)) + 1
 
             def energy(q, qd):
-                return float(0.5 * torch.dot(qd, qd) + scene.w0sq * pot(q, red.s, red.material, red.B))
+                q = torch.as_tensor(np.asarray(q.cpu() if hasattr(q, "cpu") else q)).to(red.s)
+                qd = torch.as_tensor(np.asarray(qd.cpu() if hasattr(qd, "cpu") else qd)).to(red.s)
+                with torch.no_grad():
+                    return float(0.5 * torch.dot(qd, qd) + scene.w0sq * pot(q, red.s, red.material, red.B))
 
-            for integ in integrators:
-                q, qd = amplitude * u1, amplitude * w0 * u2
-                e0 = energy(q, qd)
-                worst, rel, curve = 0.0, 0.0, []
-                for k in range(steps):
-                    ctx = scene.context(0, q, qd, SUBSTEP, integ)
-                    q, qd, _ = integrator_step(pot, ctx, integ)
-                    if not bool(torch.all(torch.isfinite(q))):
-                        worst = rel = float("inf")
-                        break
-                    rel = abs(energy(q, qd) - e0) / e0
+            e0, worst, rel, curve = None, 0.0, 0.0, []
+            try:
+                for q, qd in run.latent_frames():
+                    e = energy(q, qd)
+                    if e0 is None:
+                        e0 = e
+                        continue
+                    rel = abs(e - e0) / e0 if math.isfinite(e) else math.inf
                     worst = max(worst, rel)
                     if keep_curves:
                         curve.append(rel)
-                result["per_mesh"].setdefault(name, {})[integ] = {"max": worst, "final": rel}
-                result["max"][integ] = max(result["max"].get(integ, 0.0), worst)
-                result["final"][integ] = max(result["final"].get(integ, 0.0), rel)
-                if keep_curves:
-                    result["curves"].setdefault(name, {})[integ] = curve
+            except Exception as exc:  # noqa: BLE001 - a failed run is an infinite drift, recorded
+                worst = rel = math.inf
+                result.setdefault("errors", {})[f"{name}/{integ}"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+            result["per_mesh"].setdefault(name, {})[integ] = {"max": worst, "final": rel, "e0": e0,
+                                                             "steps": (setup.frames - 1) * run.substeps}
+            result["max"][integ] = max(result["max"].get(integ, 0.0), worst)
+            result["final"][integ] = max(result["final"].get(integ, 0.0), rel)
+            if keep_curves:
+                result["curves"].setdefault(name, {})[integ] = {"step": [run.substeps * (k + 1) for k in range(len(curve))],
+                                                                "drift": curve}
     return result
 
 
@@ -309,7 +326,8 @@ def resolve_latent_mlp(model_path, data_dir, json_path, latent_mlp=None, mlp_min
     if latent_mlp:
         raise NeurokError(f"{latent_mlp}: no such latent-MLP baseline file")
     meta = json.loads(read_payload(model_path).get("meta", "{}"))
-    train_dirs = [meta.get("data"), str(data_dir)]
+    root = Path(__file__).resolve().parent.parent
+    train_dirs = [meta.get("data"), str(root / meta["data"]) if meta.get("data") else None, str(data_dir)]
     for d in train_dirs:
         if not d or not Path(d).is_dir():
             continue
@@ -327,12 +345,14 @@ def resolve_latent_mlp(model_path, data_dir, json_path, latent_mlp=None, mlp_min
 
 def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_path="eval.json", mlp_minutes=None,
              mlp_steps=None, energy_steps=ENERGY_STEPS, integrator="backward_euler", quiet=False,
-             baselines=True, chamfer=True, entries=None, name=None) -> dict:
-    """Evaluate a model on a data folder; returns the eval dict (see the module docstring)."""
+             baselines=True, chamfer=True, entries=None, name=None, engine=None, energy_curves=False) -> dict:
+    """Evaluate a model on a data folder; returns the eval dict (see the module docstring).
+    `engine` replaces the engine loaded from `model_path` (ablations); `entries` replaces the
+    data folder's index (a subset)."""
     from .baselines import hold_still, pca_modal, rollout_latent_mlp
     from .progress import ProgressBar
     from .runtime import NeurokEngine
-    engine = NeurokEngine(model_path, integrator=integrator)
+    engine = engine or NeurokEngine(model_path, integrator=integrator)
     if entries is None:
         entries = pick_entries(load_index(data_dir), max_sequences)
     if not entries:
@@ -404,7 +424,7 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
     if names:
         result["families_baselines"] = {n: _grouped(records[n], "family") for n in names}
     if energy_steps:
-        result["energy_drift_detail"] = energy_drift(engine.model, steps=energy_steps)
+        result["energy_drift_detail"] = energy_drift(engine.model, steps=energy_steps, keep_curves=energy_curves)
         result["energy_drift"] = result["energy_drift_detail"]["max"]
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     result["machine"] = machine_info()
@@ -465,7 +485,7 @@ def evaluate_command(model_path, data_dir, json_path, max_sequences=None, **kwar
               f"{block['unstable_share']:.2f}" + (f"; baselines: {shown}" if shown else ""))
     if "energy_drift" in result:
         print("energy drift over %d undamped steps: %s" % (result["energy_drift_detail"]["steps"],
-              ", ".join(f"{k} {v:.3%}" for k, v in result["energy_drift"].items())))
+              ", ".join(f"{k} {100 * v:.3g}%" for k, v in result["energy_drift"].items())))
     print(f"wrote {json_path}")
     return result
 

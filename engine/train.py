@@ -263,11 +263,11 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, latent=None, q
         if stage == "euler_lagrange":
             el = trainer.euler_lagrange_loss(picks, scenes)
             loss = loss + el
-            terms["el"] = float(el)
+            terms["el"] = float(el.detach())
         elif stage == "rollout":
             roll = trainer.rollout_loss(picks, scenes)
             loss = loss + roll
-            terms["rollout"] = float(roll)
+            terms["rollout"] = float(roll.detach())
         opt.zero_grad()
         loss.backward()
         average_gradients(model, world)

@@ -1,0 +1,342 @@
+"""`neurok bench --json OUT.json [--sizes 1000,10000,100000] [--frames 24]`: speed.
+
+One scene, the same for every engine: a geodesic sphere (about `n` vertices, the same shape and
+size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed sideways at
+10 m/s^2 under gravity, 1/24 s frames. For each size:
+
+- neurok (cpu, and cuda when torch sees a GPU): encode once (`prepare`), then step + decode per
+  frame (what a bake does); encode_ms and ms_per_frame, peak_mb = peak resident memory above
+  the level before the run (sampled every 2 ms; on CUDA the peak allocated device memory).
+- reference: the full-space simulator on the same setup (encode_ms = building the lattice,
+  elements and pins). Its frames are capped (`reference_frames`; 3 at 50k vertices and more):
+  its cost per frame hardly depends on the frame, and the row says how many were run.
+- blender_cloth: Blender's own cloth simulator on the same mesh and frames, pinned by a vertex
+  group (gravity only: cloth on the surface mesh, not a volumetric solid; a speed reference),
+  run in a child Python that imports bpy (the engine never imports bpy); skipped with a reason
+  when bpy is not installed.
+All rows come from one run, and `ratios` divides the other engines' ms_per_frame by neurok's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .formats import NeurokError
+
+BENCH_SCENE = {"format": "neurok.scene/1", "dt": 1.0 / 24.0, "gravity": [0.0, 0.0, -9.81],
+               "material": {"preset": "rubber"},
+               "pins": [{"select": {"box": {"min": [0.0, 0.0, 0.0], "max": [0.15, 1.0, 1.0]}}, "strength": 1.0}],
+               "forces": [{"select": {"box": {"min": [0.0, 0.0, 0.0], "max": [1.0, 1.0, 1.0]}}, "accel": [0.0, 10.0, 0.0],
+                           "profile": {"type": "constant"}}],
+               "floor": None}
+LARGE_MESH = 50_000
+
+
+def bench_mesh(n: int):
+    from .shapes import make_shape
+    return make_shape("sphere", np.random.default_rng(0), target_vertices=n)
+
+
+def bench_setup(mesh, frames: int):
+    from .scene import setup_from_scene
+    return setup_from_scene(mesh, dict(BENCH_SCENE, frames=frames))
+
+
+# --------------------------------------------------------------------------- memory
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _status_kb(key):
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _reset_peak() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) of this process (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status_kb("VmHWM") is not None
+    except OSError:
+        return False
+
+
+class PeakMemory:
+    """Peak resident memory above the starting level while the block runs (MB): the kernel's
+    peak mark (reset on entry) where Linux offers it, else RSS sampled every 2 ms."""
+
+    def __init__(self, interval=0.002):
+        self.interval = interval
+
+    def __enter__(self):
+        self.start = _rss_bytes()
+        self.peak = self.start
+        self.kernel = _reset_peak()
+        self._stop = threading.Event()
+        self._thread = None
+        if not self.kernel:
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+        return self
+
+    def _poll(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _rss_bytes())
+            self._stop.wait(self.interval)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.peak = max(self.peak, _rss_bytes())
+        if self.kernel:
+            self.peak = max(self.peak, 1024 * (_status_kb("VmHWM") or 0))
+        self.mb = (self.peak - self.start) / 2 ** 20
+        return False
+
+
+# --------------------------------------------------------------------------- engines
+
+def bench_neurok(engine, setup, device="cpu") -> dict:
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    with PeakMemory() as mem:
+        t0 = time.perf_counter()
+        run = engine.prepare(setup)
+        if cuda:
+            torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        frames = run.frames()
+        next(frames)                       # frame 0 is the given state (no work)
+        t2 = time.perf_counter()
+        count = 0
+        for _, x in frames:
+            count += 1
+        if cuda:
+            torch.cuda.synchronize()
+        t3 = time.perf_counter()
+    row = {"encode_ms": 1000.0 * (t1 - t0), "ms_per_frame": 1000.0 * (t3 - t2) / max(count, 1), "frames": count + 1,
+           "peak_mb": mem.mb}
+    if cuda:
+        row["peak_mb"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 20
+        row["host_peak_mb"] = mem.mb
+    return row
+
+
+def bench_reference(setup, frames: int) -> dict:
+    from .api import ReferenceEngine
+    import copy
+    s = copy.copy(setup)
+    s.frames = frames
+    with PeakMemory() as mem:
+        t0 = time.perf_counter()
+        run = ReferenceEngine().prepare(s)
+        t1 = time.perf_counter()
+        it = run.frames()
+        next(it)
+        t2 = time.perf_counter()
+        count = sum(1 for _ in it)
+        t3 = time.perf_counter()
+    return {"encode_ms": 1000.0 * (t1 - t0), "ms_per_frame": 1000.0 * (t3 - t2) / max(count, 1), "frames": count + 1,
+            "peak_mb": mem.mb}
+
+
+BLENDER_SCRIPT = r"""
+import importlib, json, resource, sys, time
+import numpy as np
+bpy = importlib.import_module("bpy")   # this script runs in a child Python; the engine itself never loads Blender
+data = np.load(sys.argv[1])
+frames, threads = int(sys.argv[2]), int(sys.argv[3])
+v, f, pins = data["vertices"], data["faces"], data["pins"]
+bpy.ops.wm.read_factory_settings(use_empty=True)
+scene = bpy.context.scene
+scene.render.threads_mode = "FIXED"
+scene.render.threads = threads
+def status_kb(key):
+    for line in open("/proc/self/status").read().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+try:
+    open("/proc/self/clear_refs", "w").write("5")
+    rss0, peak_key = status_kb("VmRSS"), "VmHWM"
+except OSError:
+    rss0, peak_key = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, None
+t0 = time.perf_counter()
+mesh = bpy.data.meshes.new("bench")
+mesh.vertices.add(len(v))
+mesh.vertices.foreach_set("co", v.astype(np.float32).ravel())
+mesh.loops.add(3 * len(f))
+mesh.loops.foreach_set("vertex_index", f.astype(np.int32).ravel())
+mesh.polygons.add(len(f))
+mesh.polygons.foreach_set("loop_start", np.arange(0, 3 * len(f), 3, dtype=np.int32))
+mesh.polygons.foreach_set("loop_total", np.full(len(f), 3, dtype=np.int32))
+mesh.update()
+obj = bpy.data.objects.new("bench", mesh)
+scene.collection.objects.link(obj)
+group = obj.vertex_groups.new(name="pin")
+group.add([int(i) for i in pins], 1.0, "REPLACE")
+mod = obj.modifiers.new("Cloth", "CLOTH")
+mod.settings.vertex_group_mass = "pin"
+scene.frame_start, scene.frame_end = 1, frames
+mod.point_cache.frame_start, mod.point_cache.frame_end = 1, frames
+scene.frame_set(1)
+dg = bpy.context.evaluated_depsgraph_get()
+obj.evaluated_get(dg).data.vertices[0].co
+t1 = time.perf_counter()
+for k in range(2, frames + 1):
+    scene.frame_set(k)
+    dg = bpy.context.evaluated_depsgraph_get()
+    obj.evaluated_get(dg).data.vertices[0].co
+t2 = time.perf_counter()
+moved = float(np.linalg.norm(np.array(obj.evaluated_get(dg).data.vertices[len(v) // 2].co) - v[len(v) // 2]))
+rss1 = status_kb(peak_key) if peak_key else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print("BENCH_JSON " + json.dumps({"encode_ms": 1000 * (t1 - t0), "ms_per_frame": 1000 * (t2 - t1) / max(frames - 1, 1),
+                                   "frames": frames, "peak_mb": (rss1 - rss0) / 1024.0, "threads": threads,
+                                   "blender": bpy.app.version_string, "moved_m": moved}))
+"""
+
+
+def bench_blender_cloth(mesh, setup, frames: int, threads: int, timeout: float = 900.0) -> dict:
+    """Blender cloth in a child Python (needs the `bpy` module); {'skipped': reason} otherwise."""
+    import importlib.util
+    if importlib.util.find_spec("bpy") is None:
+        return {"skipped": "bpy is not installed (pip install bpy) - Blender cloth not measured"}
+    with tempfile.TemporaryDirectory() as tmp:
+        arrays = Path(tmp) / "mesh.npz"
+        np.savez(arrays, vertices=np.asarray(mesh.vertices, np.float32), faces=np.asarray(mesh.faces, np.int32),
+                 pins=np.nonzero(setup.pin_weight > 0)[0].astype(np.int64))
+        script = Path(tmp) / "blender_bench.py"
+        script.write_text(BLENDER_SCRIPT)
+        env = dict(os.environ, BLENDER_USER_CONFIG=tmp, BLENDER_USER_SCRIPTS=tmp, BLENDER_USER_DATAFILES=tmp)
+        try:
+            proc = subprocess.run([sys.executable, str(script), str(arrays), str(frames), str(threads)],
+                                  capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            return {"skipped": f"Blender cloth took longer than {timeout:.0f} s"}
+    for line in proc.stdout.splitlines():
+        if line.startswith("BENCH_JSON "):
+            return json.loads(line[len("BENCH_JSON "):])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    return {"skipped": f"Blender cloth failed: {tail[0][:200]}"}
+
+
+# --------------------------------------------------------------------------- the command
+
+def machine() -> dict:
+    from .evaluate import machine_info
+    info = machine_info()
+    info["threads"] = torch.get_num_threads()
+    try:
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    return info
+
+
+def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=True, blender=True, cuda=None,
+          reference_frames=None, threads=None, quiet=False) -> dict:
+    from .api import default_model_path
+    from .progress import ProgressBar
+    from .runtime import NeurokEngine
+    if threads:
+        torch.set_num_threads(int(threads))
+    model_path = model_path or default_model_path()
+    if frames < 2:
+        raise NeurokError("bench needs at least 2 frames")
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    devices = ["cpu"] + (["cuda"] if cuda else [])
+    engines = {d: NeurokEngine(model_path, device=d) for d in devices}
+    warm = bench_setup(bench_mesh(200), 3)   # first-call costs (lazy initialisation) stay out of the rows
+    for eng in engines.values():
+        bench_neurok(eng, warm, eng.device)
+    cpu_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    rows, notes = [], []
+    steps = len(sizes) * (len(devices) + int(reference) + int(blender))
+    bar = None if quiet else ProgressBar(steps, "bench")
+    for n in sizes:
+        mesh = bench_mesh(n)
+        setup = bench_setup(mesh, frames)
+        nv = int(len(mesh.vertices))
+        for d, eng in engines.items():
+            r = bench_neurok(eng, setup, d)
+            rows.append(dict({"engine": "neurok", "device": d, "vertices": nv}, **r, torch_threads=torch.get_num_threads()))
+            if bar:
+                bar.update(1, postfix=f"neurok/{d} {nv} v: {r['ms_per_frame']:.1f} ms/frame")
+        if reference:
+            rf = reference_frames or (min(frames, 3) if nv >= LARGE_MESH else min(frames, 8))
+            r = bench_reference(setup, rf)
+            row = dict({"engine": "reference", "device": "cpu", "vertices": nv}, **r)
+            if rf < frames:
+                row["note"] = f"frames capped at {rf} of {frames} (cost per frame is steady)"
+            rows.append(row)
+            if bar:
+                bar.update(1, postfix=f"reference {nv} v: {r['ms_per_frame']:.0f} ms/frame")
+        if blender:
+            r = bench_blender_cloth(mesh, setup, frames, cpu_threads)
+            if "skipped" in r:
+                notes.append(f"blender_cloth at {nv} vertices: {r['skipped']}")
+            else:
+                rows.append(dict({"engine": "blender_cloth", "device": "cpu", "vertices": nv}, **r))
+            if bar:
+                bar.update(1, postfix=f"blender cloth {nv} v")
+    if bar:
+        bar.close()
+    result = {"format": "neurok.bench/1", "machine": machine(), "model": str(model_path), "rows": rows,
+              "ratios": ratios(rows), "scene": "geodesic sphere, rubber, pinned slab at low x, 10 m/s^2 push + gravity, dt 1/24 s"}
+    if notes:
+        result["notes"] = notes
+    return result
+
+
+def ratios(rows) -> dict:
+    """Speed-up of neurok (cpu) over the other engines per size: their ms_per_frame / neurok's."""
+    base = {r["vertices"]: r["ms_per_frame"] for r in rows if r["engine"] == "neurok" and r["device"] == "cpu"}
+    out = {}
+    for other in ("reference", "blender_cloth"):
+        vals = {str(r["vertices"]): r["ms_per_frame"] / base[r["vertices"]] for r in rows
+                if r["engine"] == other and r["vertices"] in base and base[r["vertices"]] > 0}
+        if vals:
+            out[f"{other}_over_neurok"] = vals
+    cuda = {r["vertices"]: r["ms_per_frame"] for r in rows if r["engine"] == "neurok" and r["device"] == "cuda"}
+    if cuda:
+        out["neurok_cpu_over_cuda"] = {str(n): base[n] / cuda[n] for n in cuda if n in base and cuda[n] > 0}
+    return out
+
+
+def bench_command(json_path, model_path=None, sizes=(1000, 10000, 100000), frames=24, **kwargs) -> dict:
+    from .evaluate import write_json
+    result = bench(model_path, list(sizes), frames, **kwargs)
+    write_json(json_path, result)
+    for r in result["rows"]:
+        print(f"{r['engine']:>13} {r['device']:>4} {r['vertices']:>7} v: encode {r['encode_ms']:8.1f} ms, "
+              f"{r['ms_per_frame']:9.2f} ms/frame, peak {r['peak_mb']:7.1f} MB ({r['frames']} frames)")
+    for name, vals in result["ratios"].items():
+        print(f"{name}: " + ", ".join(f"{k} v: {v:.1f}x" for k, v in vals.items()))
+    for note in result.get("notes", []):
+        print(f"note: {note}")
+    print(f"wrote {json_path}")
+    return result

@@ -1,0 +1,144 @@
+"""Evaluation, baselines and bench: metrics on arrays with known answers, and the JSON
+contracts of DESIGN.md section 5 on a tiny data set with a tiny model."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from engine.evaluate import (REPORT_FRAMES, bbox_diagonal, chamfer_l1, first_unstable_frame, rel_l2_curve,
+                             sample_surface)
+from engine.shapes import make_shape
+
+
+@pytest.fixture(scope="module")
+def sphere():
+    return make_shape("sphere", np.random.default_rng(0), 200)
+
+
+# --------------------------------------------------------------------------- metrics
+
+def test_rel_l2_zero_for_identical_and_scaled_by_diagonal(sphere):
+    x = np.repeat(sphere.vertices[None], 3, axis=0)
+    assert np.all(rel_l2_curve(x, x, bbox_diagonal(sphere.vertices)) == 0.0)
+    shifted = x + np.array([0.0, 0.0, 0.1])
+    diag = bbox_diagonal(sphere.vertices)
+    assert np.allclose(rel_l2_curve(shifted, x, diag), 0.1 / diag)
+
+
+def test_chamfer_zero_for_identical_symmetric_and_bounded(sphere):
+    v, f = sphere.vertices, sphere.faces
+    diag = bbox_diagonal(v)
+    assert chamfer_l1(v, v, f, diag) == 0.0
+    rng = np.random.default_rng(1)
+    w = v + 0.01 * rng.normal(size=v.shape)
+    ab, ba = chamfer_l1(v, w, f, diag), chamfer_l1(w, v, f, diag)
+    assert ab > 0 and ab == pytest.approx(ba, rel=1e-12)
+    moved = v + np.array([0.02, 0.0, 0.0])
+    assert 0 < chamfer_l1(moved, v, f, diag) <= 0.02 / diag + 1e-9   # nearest point is at most the shift away
+
+
+def test_surface_samples_lie_on_the_surface(sphere):
+    p = sample_surface(sphere.vertices, sphere.faces, 500, seed=3)
+    r = np.linalg.norm(p - sphere.vertices.mean(axis=0), axis=1)
+    rv = np.linalg.norm(sphere.vertices - sphere.vertices.mean(axis=0), axis=1)
+    assert p.shape == (500, 3) and r.max() <= rv.max() + 1e-9
+
+
+def test_unstable_detection(sphere):
+    v = sphere.vertices
+    good = np.repeat(v[None], 5, axis=0)
+    assert first_unstable_frame(good, v) is None
+    nan = good.copy()
+    nan[3, 7, 1] = np.nan
+    assert first_unstable_frame(nan, v) == 3
+    far = good.copy()
+    far[2] += 20.0 * bbox_diagonal(v)
+    assert first_unstable_frame(far, v) == 2
+    # a body that really moves far (truth given) is not unstable when the prediction follows it
+    assert first_unstable_frame(far, v, true=far) is None
+
+
+# --------------------------------------------------------------------------- baselines
+
+def test_pca_modal_recovers_a_linear_oscillation(sphere):
+    from engine.baselines import hold_still, pca_modal
+    from engine.scene import setup_from_scene
+    scene = {"format": "neurok.scene/1", "frames": 80, "dt": 1 / 24, "gravity": [0, 0, 0], "material": {"preset": "rubber"}}
+    setup = setup_from_scene(sphere, scene)
+    mode = np.random.default_rng(2).normal(size=sphere.vertices.shape)
+    t = np.arange(80)[:, None, None]
+    true = sphere.vertices[None] + 0.01 * np.sin(0.3 * t + 0.2) * mode[None]
+    pred, info = pca_modal(true, setup)
+    assert info["fit_frames"] == 20
+    assert np.abs(pred - true).max() < 1e-2 * np.abs(true - sphere.vertices).max()   # after 60 unseen frames
+    assert np.all(hold_still(setup) == setup.x0.astype(np.float32))
+
+
+# --------------------------------------------------------------------------- eval / bench JSON on a tiny set
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from engine.generate import generate
+    from engine.train import train
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("evaluation")
+    data = root / "data"
+    generate(data, 4, seed=3, frames=12, quiet=True)
+    model = root / "tiny.ckpt"
+    train(data, model, steps=8, quiet=True)
+    return data, model, root
+
+
+def test_eval_json_schema(tiny, capsys):
+    from engine.evaluate import evaluate_command
+    data, model, root = tiny
+    out = root / "eval.json"
+    evaluate_command(str(model), str(data), str(out), None, mlp_steps=3, energy_steps=20, quiet=True)
+    r = json.loads(out.read_text())
+    assert r["model"] == str(model)
+    assert r["splits"] and set(r["splits"]) - {"all"} <= {"train", "validation", "heldout"}
+    for split, block in r["splits"].items():
+        assert set(block["rel_l2"]) == {str(f) for f in REPORT_FRAMES} | {"mean"}
+        assert block["rel_l2"]["1"] is not None and block["rel_l2"]["mean"] >= 0
+        assert block["rel_l2"]["50"] is None                     # the sequences have 12 frames
+        assert block["chamfer_l1"] >= 0 and 0 <= block["unstable_share"] <= 1 and block["sequences"] >= 1
+    assert set(r["baselines"]) == {"hold_still", "pca_modal", "latent_mlp"}
+    for blocks in r["baselines"].values():
+        assert set(blocks) == set(r["splits"])
+    assert set(r["energy_drift"]) == {"backward_euler", "implicit_midpoint"}
+    assert all(v >= 0 for v in r["energy_drift"].values())
+    assert r["families"] and r["scenarios"] and len(r["per_sequence"]) == 4
+    assert (root / "eval.latent_mlp.pt").is_file()
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_latent_mlp_weights_only_roundtrip(tiny):
+    from engine.baselines import LatentMLP, load_latent_mlp, save_latent_mlp
+    _, _, root = tiny
+    net = LatentMLP(32, 64, hidden=16)
+    path = root / "mlp.pt"
+    save_latent_mlp(path, net, {"note": "test"})
+    payload = torch.load(path, weights_only=True)
+    assert payload["format"] == "neurok.latent_mlp/1"
+    back = load_latent_mlp(path)
+    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), back.state_dict().values()))
+
+
+def test_bench_json_schema(tiny):
+    from engine.bench import bench_command
+    _, model, root = tiny
+    out = root / "bench.json"
+    bench_command(str(out), str(model), [200], 2, quiet=True)
+    r = json.loads(out.read_text())
+    assert {"cpu", "threads", "torch", "date"} <= set(r["machine"]) and r["machine"]["torch"]
+    engines = {row["engine"] for row in r["rows"]}
+    assert {"neurok", "reference"} <= engines
+    for row in r["rows"]:
+        assert row["device"] in ("cpu", "cuda")
+        assert isinstance(row["vertices"], int) and row["frames"] == 2
+        for key in ("encode_ms", "ms_per_frame", "peak_mb"):
+            assert isinstance(row[key], float) and row[key] >= 0
+    assert "reference_over_neurok" in r["ratios"]
