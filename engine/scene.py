@@ -307,11 +307,11 @@ class Setup:
         seq = Sequence(rest=self.rest.astype(np.float32), faces=self.faces.astype(np.int32),
                        positions=np.asarray(positions, np.float32), dt=self.dt,
                        gravity=np.asarray(self.gravity, np.float32), material=dict(self.material),
-                       external_accel=self.accel_frames(), velocity0=self.v0.astype(np.float32),
+                       external_accel=self.accel_frames()[:len(positions)], velocity0=self.v0.astype(np.float32),
                        pin_weight=self.pin_weight.astype(np.float32), floor_z=self.floor_z,
                        meta=dict(self.meta, **(meta or {})))
         if self.pin_weight.any():
-            seq.pin_target = self.pin_target_frames()
+            seq.pin_target = self.pin_target_frames()[:len(positions)]  # a stopped run keeps fewer frames
         if self.vertex_mass is not None:
             seq.vertex_mass = self.vertex_mass.astype(np.float32)
         return seq
