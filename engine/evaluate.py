@@ -162,6 +162,8 @@ def aggregate(records) -> dict:
     block["rel_l2"]["mean"] = _mean([r["rel_l2_mean"] for r in records])
     block["chamfer_l1"] = _mean([r.get("chamfer_l1") for r in records])
     block["unstable_share"] = float(np.mean([r["unstable"] for r in records])) if records else None
+    block["rel_l2_last"] = _mean([r["curve"][-1] for r in records if r["frames"] > 1])   # each sequence's last frame
+    block["last_frame"] = min((r["frames"] - 1 for r in records), default=None)
     block["pin_drift"] = _mean([r.get("pin_drift") for r in records])
     block["pin_drift_truth"] = _mean([r.get("pin_drift_truth") for r in records])   # the reference's own (pins are springs)
     if records:
