@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +72,7 @@ def pick_indices(seed, sequences, heldout):
 
 def make_eval_set(out, seed, sequences, heldout, frames, workers=None, quiet=False):
     """Generate (or resume) the chosen sequences into `out` with an `index.json`."""
-    from .generate import _worker, _write_index
+    from .generate import make_sequences
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     index_path = out / "index.json"
@@ -86,24 +85,7 @@ def make_eval_set(out, seed, sequences, heldout, frames, workers=None, quiet=Fal
     todo = [i for i in indices if f"seq_{i:05d}.npz" not in entries]
     workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
     bar = None if quiet else ProgressBar(len(todo), f"eval set ({len(todo)} to make)")
-    jobs = [(str(out), seed, i, frames, 1.0 / 24.0) for i in todo]
-
-    def record(entry):
-        entries[entry["file"]] = entry
-        _write_index(index_path, seed, max(indices) + 1, None, entries)
-        if bar:
-            bar.update(1, postfix=f"{entry['family']}/{entry['scenario']}")
-
-    if workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for entry in pool.map(_worker, jobs):
-                record(entry)
-    else:
-        for job in jobs:
-            record(_worker(job))
-    if bar:
-        bar.close()
-    _write_index(index_path, seed, max(indices) + 1, None, entries)
+    make_sequences(out, seed, todo, frames, 1.0 / 24.0, workers, index_path, max(indices) + 1, None, entries, bar)
     return out
 
 

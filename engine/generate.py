@@ -212,11 +212,20 @@ def generate(out, sequences: int, seed: int, shard: str | None = None, workers: 
     todo = [k for k in range(i, sequences, n) if f"seq_{k:05d}.npz" not in entries]
     bar = None if quiet else ProgressBar(len(todo), "generate")
     t0 = time.perf_counter()
+    make_sequences(out, seed, todo, frames, dt, workers, index_path, sequences, shard, entries, bar)
+    elapsed = time.perf_counter() - t0
+    return {"written": len(todo), "seconds": elapsed, "index": str(index_path),
+            "sequences_per_minute": 60.0 * len(todo) / elapsed if todo and elapsed > 0 else None}
+
+
+def make_sequences(out, seed, todo, frames, dt, workers, index_path, total, shard, entries, bar=None):
+    """Simulate and write sequences `todo` (indices), on `workers` processes, recording each in
+    `entries` and the index file as it finishes (so an interrupted run resumes)."""
     jobs = [(str(out), seed, k, frames, dt) for k in todo]
 
     def record(entry):
         entries[entry["file"]] = entry
-        _write_index(index_path, seed, sequences, shard, entries)
+        _write_index(index_path, seed, total, shard, entries)
         if bar:
             bar.update(1, postfix=f"{entry['family']}/{entry['scenario']}")
 
@@ -229,10 +238,7 @@ def generate(out, sequences: int, seed: int, shard: str | None = None, workers: 
             record(_worker(job))
     if bar:
         bar.close()
-    elapsed = time.perf_counter() - t0
-    _write_index(index_path, seed, sequences, shard, entries)
-    return {"written": len(todo), "seconds": elapsed, "index": str(index_path),
-            "sequences_per_minute": 60.0 * len(todo) / elapsed if todo and elapsed > 0 else None}
+    _write_index(index_path, seed, total, shard, entries)
 
 
 def _write_index(path, seed, sequences, shard, entries):
