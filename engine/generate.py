@@ -150,21 +150,28 @@ def twist_accelerations(setup: Setup, twist: dict) -> np.ndarray:
     return table
 
 
+def simulate_random_scene(rng, mesh, kind, frames, dt):
+    """Draw a random scene for `mesh` and run it with the reference simulator at the generator's
+    settings. Returns (scenario name, Setup with vertex masses, positions [T,N,3])."""
+    scenario, scene = random_scene(rng, mesh, kind, frames, dt)
+    twist = scene.pop("twist", None)
+    setup = setup_from_scene(mesh, scene)
+    if twist is not None:
+        setup.accel_table = twist_accelerations(setup, twist)
+    sim = ReferenceSimulator(setup, lattice_cells=GENERATOR_LATTICE, substep=GENERATOR_SUBSTEP)
+    positions = np.stack(list(sim.iter_frames()))
+    setup.vertex_mass = sim.vertex_mass
+    return scenario, setup, positions
+
+
 def make_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.0, target_vertices=(300, 1200)):
     """Build and simulate sequence `index` of a data set; returns (Sequence, index entry)."""
     rng = np.random.default_rng([seed, index])
     family = str(rng.choice(FAMILIES))
     kind = "cloth" if family in SHEET_FAMILIES else "solid"
     mesh = make_shape(family, rng, int(rng.integers(*target_vertices)))
-    scenario, scene = random_scene(rng, mesh, kind, frames, dt)
-    twist = scene.pop("twist", None)
-    setup = setup_from_scene(mesh, scene)
-    if twist is not None:
-        setup.accel_table = twist_accelerations(setup, twist)
+    scenario, setup, positions = simulate_random_scene(rng, mesh, kind, frames, dt)
     split = "heldout" if family in HELDOUT_FAMILIES else ("validation" if rng.random() < VALIDATION_SHARE else "train")
-    sim = ReferenceSimulator(setup, lattice_cells=GENERATOR_LATTICE, substep=GENERATOR_SUBSTEP)
-    positions = np.stack(list(sim.iter_frames()))
-    setup.vertex_mass = sim.vertex_mass
     meta = {"source": "neurok generate", "simulator": "reference", "seed": seed, "index": index,
             "family": family, "scenario": scenario, "split": split}
     seq = setup.to_sequence(positions, meta)

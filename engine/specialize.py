@@ -15,10 +15,9 @@ import numpy as np
 
 from .api import Cancelled, default_model_path
 from .formats import Mesh, NeurokError, write_sequence
-from .generate import GENERATOR_LATTICE, GENERATOR_SUBSTEP, random_scene, twist_accelerations
+from .generate import simulate_random_scene
 from .progress import ProgressBar
-from .reference import ReferenceSimulator, is_closed
-from .scene import setup_from_scene
+from .reference import is_closed
 from .train import train
 
 SIMULATION_SHARE = 0.4      # of the budget spent making data; the rest fine-tunes
@@ -65,14 +64,7 @@ def _simulate(mesh, kind, work, seconds, seed, progress, cancel, quiet):
         if cancel is not None and cancel.is_set():
             raise Cancelled("specialisation cancelled")
         rng = np.random.default_rng([seed, 7919, i])
-        scenario, scene = random_scene(rng, mesh, kind, FRAMES, 1.0 / 24.0)
-        twist = scene.pop("twist", None)
-        setup = setup_from_scene(mesh, scene)
-        if twist is not None:
-            setup.accel_table = twist_accelerations(setup, twist)
-        sim = ReferenceSimulator(setup, lattice_cells=GENERATOR_LATTICE, substep=GENERATOR_SUBSTEP)
-        positions = np.stack(list(sim.iter_frames()))
-        setup.vertex_mass = sim.vertex_mass
+        scenario, setup, positions = simulate_random_scene(rng, mesh, kind, FRAMES, 1.0 / 24.0)
         name = f"seq_{i:05d}.npz"
         split = "validation" if i % 8 == 7 else "train"
         write_sequence(work / name, setup.to_sequence(positions, {"source": "neurok specialize", "scenario": scenario, "split": split}))
