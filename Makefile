@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(VPY) -m pytest -q -x tests
 
 demo: $(STAMP)
-	$(VPY) -m engine demo --out demo_out
+	$(VPY) -m neurok_blender.demo --out demo_out
 
 data: $(STAMP)
 	$(VPY) -m engine generate --out data/train_set --sequences 240 --seed 1 --workers 2

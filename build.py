@@ -45,6 +45,12 @@ PLATFORMS = {
     "macos-arm64": ["macosx_11_0_arm64", "macosx_12_0_arm64", "macosx_13_0_arm64", "macosx_14_0_arm64"],
 }
 
+# What Blender needs from the engine: the runtime (core, both engines, the facade) and training,
+# because the add-on's Specialize fine-tunes on the user's mesh. Evaluation, benchmarks, the
+# command line and foreign-data importers stay in the repository.
+ENGINE_RUNTIME = ("__init__.py", "api.py", "core", "reference", "learned", "training")
+ENGINE_LEFT_OUT = ("training/importers.py",)
+
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".*", "*.egg-info", "tests")
 
 
@@ -84,7 +90,7 @@ def stage(stage_dir: Path) -> Path:
             shutil.copy2(item, stage_dir / item.name)
     if (stage_dir / "engine").exists():
         raise BuildError("neurok_blender/ must not contain its own 'engine' folder (it is vendored from the repo)")
-    shutil.copytree(ENGINE_SRC, stage_dir / "engine", ignore=IGNORE)
+    vendor_engine(stage_dir / "engine")
     assets = stage_dir / "assets"
     assets.mkdir()
     if ASSETS_SRC.is_dir():
@@ -98,6 +104,18 @@ def stage(stage_dir: Path) -> Path:
                 shutil.copy2(item, assets / item.name)
     shutil.copy2(MANIFEST, stage_dir / "blender_manifest.toml")
     return stage_dir
+
+
+def vendor_engine(dest: Path) -> None:
+    dest.mkdir()
+    for name in ENGINE_RUNTIME:
+        src = ENGINE_SRC / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=IGNORE)
+        else:
+            shutil.copy2(src, dest / name)
+    for name in ENGINE_LEFT_OUT:
+        (dest / name).unlink()
 
 
 def _canonical(name: str) -> str:

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import NeurokError, atomic_write_text, read_mesh, read_scene, read_sequence, write_pc2, write_sequence
+from .core.errors import NeurokError
+from .core.formats import atomic_write_text, read_mesh, read_sequence, write_pc2, write_sequence
+from .core.scene import read_scene
 
 
 def _positive_int(text):
@@ -100,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_simulate(args):
     from .api import SimulationFault, open_engine
-    from .scene import setup_from_scene, setup_from_sequence
+    from .core.scene import setup_from_scene, setup_from_sequence
     if args.mesh:
         if not args.scene:
             raise NeurokError("simulate --mesh needs --scene SCENE.json")
@@ -112,7 +114,7 @@ def cmd_simulate(args):
     out = Path(args.out)
     if out.suffix.lower() not in (".npz", ".pc2"):
         raise NeurokError(f"--out must end in .npz or .pc2, got '{out.name}'")
-    from .progress import ProgressBar
+    from .core.progress import ProgressBar
     for warning in setup.meta.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     engine = open_engine(args.engine, args.model, args.device)
@@ -143,7 +145,7 @@ def _write_frames(out, setup, positions, engine):
 
 
 def cmd_generate(args):
-    from .generate import generate
+    from .training.generate import generate
     result = generate(args.out, args.sequences, args.seed, args.shard, args.workers, args.frames)
     rate = result["sequences_per_minute"]
     print(f"wrote {result['written']} sequences to {args.out} in {result['seconds']:.1f} s"
@@ -151,37 +153,41 @@ def cmd_generate(args):
 
 
 def cmd_train(args):
-    from .train import train
+    from .training.train import train
     train(args.data, args.out, init=args.init, steps=args.steps, minutes=args.minutes, seed=args.seed, latent=args.latent)
 
 
 def cmd_eval(args):
-    from .evaluate import evaluate_command
+    from .evaluation.metrics import evaluate_command
     evaluate_command(args.model, args.data, args.json, args.max_sequences)
 
 
 def cmd_bench(args):
-    from .bench import bench_command
+    from .evaluation.bench import bench_command
     bench_command(args.json, args.model, [int(s) for s in args.sizes.split(",")], args.frames)
 
 
 def cmd_specialize(args):
-    from .specialize import specialize
+    from .training.specialize import specialize
     path = specialize(read_mesh(args.mesh), minutes=args.minutes, out=args.out, model=args.model, kind=args.kind)
     print(f"wrote specialised model to {path}")
 
 
 def cmd_demo(args):
-    # the demo drives Blender (bpy); it lives with the add-on, the engine itself never imports bpy
-    try:
-        from neurok_blender import demo
-    except ImportError as e:
-        raise NeurokError(f"the demo needs Blender's Python module (pip install bpy==5.0.1): {e}") from None
-    demo.main(args.out, engine=args.engine)
+    # The demo drives Blender (bpy) and lives with the add-on (`python -m neurok_blender.demo`);
+    # the engine never imports the add-on, so it is started as a separate process.
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "neurok_blender" / "demo.py").is_file():
+        raise NeurokError("the demo lives in the repository's neurok_blender/ folder, which is not next to this engine")
+    command = [sys.executable, "-m", "neurok_blender.demo", "--out", str(Path(args.out).resolve()), "--engine", args.engine]
+    code = subprocess.call(command, cwd=root)
+    if code:
+        raise NeurokError(f"the demo failed (exit status {code})")
 
 
 def cmd_evalsuite(args):
-    from .evalsuite import run_suite
+    from .evaluation.suite import run_suite
     run_suite(args.preset, args.out, args.model)
 
 

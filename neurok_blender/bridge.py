@@ -247,8 +247,8 @@ def sample_objects(context, names, start: int, frames: int) -> dict[str, dict]:
 class Inputs:
     """Everything a run needs, as plain data (a worker thread may use all of it)."""
     obj_name: str
-    setup: object  # engine.scene.Setup, world space
-    mesh: object  # engine.formats.Mesh, world space
+    setup: object  # engine.core.scene.Setup, world space
+    mesh: object  # engine.core.formats.Mesh, world space
     scene: dict  # neurok.scene/1 with weights resolved (world space)
     matrix: np.ndarray  # object -> world at gather time
     inverse: np.ndarray
@@ -763,5 +763,5 @@ def export_scene(inputs: Inputs, json_path: str) -> tuple[str, str]:
     scene = dict(inputs.scene)
     scene["meta"] = dict(scene.get("meta", {}), mesh=os.path.basename(obj_path))
     formats.write_obj(obj_path, inputs.mesh)
-    formats.write_scene(json_path, scene)
+    escene.write_scene(json_path, scene)
     return json_path, obj_path

@@ -27,7 +27,6 @@ from mathutils import Matrix, Vector
 from . import bridge, jobs
 from .engine_link import SAMPLES_DIR, NeurokError, formats, learned_engine_status
 
-OBJECTS = ("soft_toy", "flag", "jelly")
 SPACING = 0.9
 
 

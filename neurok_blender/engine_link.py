@@ -1,70 +1,60 @@
 """The one place the add-on reaches the engine.
 
-Installed from the extension zip, the engine is vendored next to this file (`<addon>/engine/`) and
-imported relatively; in a development checkout (`python -m neurok_blender.demo`, or the repo's
-folder linked into Blender) it is the repository's top-level `engine` package.
-Nothing else in the add-on imports `engine` directly.
+Installed from the extension zip, the engine is vendored next to this file (`<addon>/engine/`);
+in a development checkout (`python -m neurok_blender.demo`, or the repo's folder linked into
+Blender) it is the repository's top-level `engine` package. The add-on uses `engine.api` and the
+core formats/scene types, nothing else.
+
+`api` needs torch; when Blender's Python cannot import it, `api` is None and `ENGINE_PROBLEM`
+says why in one sentence, so the panel can tell the user before any click.
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import sys
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
+VENDORED = (_HERE / "engine" / "__init__.py").is_file()
 
-if (_HERE / "engine" / "__init__.py").is_file():
-    from . import engine  # noqa: F401  (vendored copy inside the extension)
-    VENDORED = True
+if VENDORED:
+    from .engine.core import formats, scene
+    from .engine.core.errors import Cancelled, NeurokError, SimulationFault
 else:  # development checkout: the repo root holds `engine/` next to `neurok_blender/`
     if importlib.util.find_spec("engine") is None:
         sys.path.insert(0, str(_HERE.parent))
-    import engine  # noqa: F401
-    VENDORED = False
+    from engine.core import formats, scene
+    from engine.core.errors import Cancelled, NeurokError, SimulationFault
 
-formats = importlib.import_module(engine.__name__ + ".formats")
-scene = importlib.import_module(engine.__name__ + ".scene")
-api = importlib.import_module(engine.__name__ + ".api")
+ENGINE_PROBLEM: str | None = None
+try:
+    if VENDORED:
+        from .engine import api
+    else:
+        from engine import api
+except ImportError as e:  # torch (or scipy) missing from Blender's Python
+    api = None
+    missing = getattr(e, "name", None) or str(e)
+    ENGINE_PROBLEM = (f"The NeuROK engine cannot run: the Python module '{missing}' is missing from Blender's Python. "
+                      "Install the self-contained NeuROK build for your platform.")
 
-NeurokError = formats.NeurokError
-Cancelled = api.Cancelled
-SimulationFault = api.SimulationFault
-
-ENGINE_DIR = Path(engine.__file__).resolve().parent
-ASSETS_DIR = ENGINE_DIR.parent / "assets"
+ASSETS_DIR = Path(formats.__file__).resolve().parents[2] / "assets"
 SAMPLES_DIR = ASSETS_DIR / "samples"
 
-_SPEC_CACHE: dict[str, bool] = {}
-
-
-def has_module(name: str) -> bool:
-    """Whether the engine ships the submodule `name` (checked without importing it)."""
-    if name not in _SPEC_CACHE:
-        try:
-            _SPEC_CACHE[name] = importlib.util.find_spec(f"{engine.__name__}.{name}") is not None
-        except (ImportError, ValueError):
-            _SPEC_CACHE[name] = False
-    return _SPEC_CACHE[name]
-
-
-def module(name: str):
-    """Import an engine submodule (e.g. 'runtime', 'specialize') by name."""
-    return importlib.import_module(f"{engine.__name__}.{name}")
+__all__ = ["ASSETS_DIR", "Cancelled", "ENGINE_PROBLEM", "NeurokError", "SAMPLES_DIR", "SimulationFault", "api",
+           "default_model_path", "formats", "learned_engine_status", "scene"]
 
 
 def default_model_path() -> Path | None:
     """The bundled checkpoint, or None when this build has none."""
-    try:
-        return Path(api.default_model_path())
-    except NeurokError:
-        return None
+    path = ASSETS_DIR / "neurok_default.ckpt"
+    return path if path.is_file() else None
 
 
 def learned_engine_status(model_path: str = "") -> str | None:
     """None when the learned engine can run; otherwise one sentence saying why not."""
-    if not has_module("runtime"):
-        return "The learned engine is not part of this build yet; switch Engine to Reference."
+    if ENGINE_PROBLEM:
+        return ENGINE_PROBLEM
     if model_path:
         if not Path(model_path).is_file():
             return f"The model file '{model_path}' does not exist."
@@ -74,5 +64,3 @@ def learned_engine_status(model_path: str = "") -> str | None:
     return None
 
 
-def forget_cache() -> None:
-    _SPEC_CACHE.clear()

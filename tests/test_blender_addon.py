@@ -483,7 +483,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         out = Path(work) / "export" / "flag.json"
         r = bpy.ops.neurok.export_scene(filepath=str(out))
         assert r == {'FINISHED'}, r
-        sc = link.formats.read_scene(out)
+        sc = link.scene.read_scene(out)
         mesh = link.formats.read_mesh(out.with_suffix(".obj"))
         assert len(mesh.vertices) == len(fl)
         assert sc["pins"] and len(sc["pins"][0]["select"]["weights"]) == len(fl)
@@ -873,11 +873,16 @@ if __name__ != "__main__":
     def test_zip_layout_and_manifest(addon_zip):
         import zipfile
         names = zipfile.ZipFile(addon_zip).namelist()
-        for required in ("blender_manifest.toml", "__init__.py", "engine_link.py", "engine/api.py", "engine/scene.py",
+        for required in ("blender_manifest.toml", "__init__.py", "engine_link.py", "engine/api.py", "engine/core/scene.py",
                          "operators/bake_cache.py", "operators/preview.py"):
             assert required in names, required
         assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
         assert not [n for n in names if n.startswith("wheels/")]
+        # only runtime code ships: no evaluation, benchmarks, command line or importers
+        shipped = [n for n in names if n.startswith("engine/")]
+        assert not [n for n in shipped if n.startswith(("engine/evaluation/", "engine/cli.py", "engine/__main__.py"))
+                    or n.endswith("importers.py")], shipped
+        assert not [n for n in shipped if n.endswith(".py") and "matplotlib" in zipfile.ZipFile(addon_zip).read(n).decode()]
         script = next(Path(importlib.util.find_spec("bpy").submodule_search_locations[0]).glob(
             "*/scripts/addons_core/bl_pkg/cli/blender_ext.py"))
         proc = subprocess.run([sys.executable, str(script), "validate", str(addon_zip)], capture_output=True, text=True)

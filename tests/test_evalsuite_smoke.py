@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from engine.checkpoint import save_checkpoint
-from engine.evalsuite import run_suite
-from engine.model import NeurokModel
+from engine.learned.checkpoint import save_checkpoint
+from engine.evaluation.suite import run_suite
+from engine.learned.model import NeurokModel
 
 
 @pytest.fixture(autouse=True)

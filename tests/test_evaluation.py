@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.evaluate import (REPORT_FRAMES, bbox_diagonal, chamfer_l1, first_unstable_frame, rel_l2_curve,
+from engine.evaluation.metrics import (REPORT_FRAMES, bbox_diagonal, chamfer_l1, first_unstable_frame, rel_l2_curve,
                              sample_surface)
-from engine.shapes import make_shape
+from engine.training.shapes import make_shape
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +64,8 @@ def test_unstable_detection(sphere):
 # --------------------------------------------------------------------------- baselines
 
 def test_pca_modal_recovers_a_linear_oscillation(sphere):
-    from engine.baselines import hold_still, pca_modal
-    from engine.scene import setup_from_scene
+    from engine.evaluation.baselines import hold_still, pca_modal
+    from engine.core.scene import setup_from_scene
     scene = {"format": "neurok.scene/1", "frames": 80, "dt": 1 / 24, "gravity": [0, 0, 0], "material": {"preset": "rubber"}}
     setup = setup_from_scene(sphere, scene)
     mode = np.random.default_rng(2).normal(size=sphere.vertices.shape)
@@ -81,8 +81,8 @@ def test_pca_modal_recovers_a_linear_oscillation(sphere):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from engine.generate import generate
-    from engine.train import train
+    from engine.training.generate import generate
+    from engine.training.train import train
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("evaluation")
     data = root / "data"
@@ -93,7 +93,7 @@ def tiny(tmp_path_factory):
 
 
 def test_eval_json_schema(tiny, capsys):
-    from engine.evaluate import evaluate_command
+    from engine.evaluation.metrics import evaluate_command
     data, model, root = tiny
     out = root / "eval.json"
     evaluate_command(str(model), str(data), str(out), None, mlp_steps=3, energy_steps=20, quiet=True)
@@ -116,7 +116,7 @@ def test_eval_json_schema(tiny, capsys):
 
 
 def test_latent_mlp_weights_only_roundtrip(tiny):
-    from engine.baselines import LatentMLP, load_latent_mlp, save_latent_mlp
+    from engine.evaluation.baselines import LatentMLP, load_latent_mlp, save_latent_mlp
     _, _, root = tiny
     net = LatentMLP(32, 64, hidden=16)
     path = root / "mlp.pt"
@@ -128,7 +128,7 @@ def test_latent_mlp_weights_only_roundtrip(tiny):
 
 
 def test_bench_json_schema(tiny):
-    from engine.bench import bench_command
+    from engine.evaluation.bench import bench_command
     _, model, root = tiny
     out = root / "bench.json"
     bench_command(str(out), str(model), [200], 2, quiet=True)

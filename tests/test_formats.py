@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from engine.formats import (PC2_MAGIC, SCENE_FORMAT, SEQUENCE_FORMAT, FormatError, Mesh, Sequence,
-                            atomic_write_bytes, read_mesh, read_pc2, read_scene, read_sequence,
-                            sequence_from_arrays, write_obj, write_pc2, write_scene, write_sequence)
-from engine.scene import (MATERIAL_PRESETS, PROFILE_TYPES, Setup, setup_from_scene, setup_from_sequence,
-                          validate_scene)
+from engine.core.formats import (PC2_MAGIC, SCENE_FORMAT, SEQUENCE_FORMAT, FormatError, Mesh, Sequence,
+                                 atomic_write_bytes, read_mesh, read_pc2, read_sequence, sequence_from_arrays,
+                                 write_obj, write_pc2, write_sequence)
+from engine.core.scene import (MATERIAL_PRESETS, PROFILE_TYPES, Setup, read_scene, setup_from_scene,
+                               setup_from_sequence, validate_scene, write_scene)
 
 REQUIRED = ("format", "rest", "faces", "positions", "dt", "gravity", "material")
 OPTIONAL = ("external_accel", "velocity0", "pin_weight", "pin_target", "vertex_mass")

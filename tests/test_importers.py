@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.formats import FormatError, Mesh, read_sequence, write_obj, write_pc2, write_sequence
-from engine.importers import (blender_cloth_gravity, blender_cloth_material, import_mdd, import_pc2,
+from engine.core.formats import FormatError, Mesh, read_sequence, write_obj, write_pc2, write_sequence
+from engine.training.importers import (blender_cloth_gravity, blender_cloth_material, import_mdd, import_pc2,
                               import_point_cache, read_mdd, sequence_from_point_cache, write_mdd)
-from engine.scene import setup_from_sequence
+from engine.core.scene import setup_from_sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -155,13 +155,13 @@ def test_importer_command_line(tmp_path):
     verts, tris = sheet()
     write_obj(tmp_path / "c.obj", Mesh(verts, tris))
     write_pc2(tmp_path / "c.pc2", swinging(verts, 3))
-    ok = subprocess.run([sys.executable, "-m", "engine.importers", "--cache", str(tmp_path / "c.pc2"),
+    ok = subprocess.run([sys.executable, "-m", "engine.training.importers", "--cache", str(tmp_path / "c.pc2"),
                          "--mesh", str(tmp_path / "c.obj"), "--out", str(tmp_path / "c.npz"), "--pins", "0,1,2"],
                         cwd=ROOT, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert read_sequence(tmp_path / "c.npz").pin_weight.sum() == 3
     write_pc2(tmp_path / "bad.pc2", swinging(sheet(5)[0], 3))
-    bad = subprocess.run([sys.executable, "-m", "engine.importers", "--cache", str(tmp_path / "bad.pc2"),
+    bad = subprocess.run([sys.executable, "-m", "engine.training.importers", "--cache", str(tmp_path / "bad.pc2"),
                           "--mesh", str(tmp_path / "c.obj"), "--out", str(tmp_path / "x.npz")],
                          cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "vertices" in bad.stderr
@@ -231,7 +231,7 @@ def test_tiny_blender_cloth_bake_trains(tmp_path):
         assert seq.meta["blender"]["settings"]["quality"] == 5
         again = read_sequence(runs[1] / e["file"])
         np.testing.assert_array_equal(seq.positions, again.positions)     # deterministic per seed
-    from engine.train import load_items
+    from engine.training.train import load_items
     train_items = load_items(runs[0], ("train",))
     val_items = load_items(runs[0], ("validation",))
     assert len(train_items) == 1 and len(val_items) == 1

@@ -16,16 +16,17 @@ import numpy as np
 import pytest
 import torch
 
-from engine import fastpath
+from engine.learned import fastpath
 from engine.api import SimulationFault
-from engine.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
-from engine.dynamics import DTYPE, decode, encode, potential_terms, step_energy, step_terms
-from engine.formats import FormatError
-from engine.geometry import vertex_mass_fractions
-from engine.model import TRANSLATION_MODES, NeurokModel
-from engine.runtime import LatentScene, NeurokEngine, NeurokRun
-from engine.scene import SCENE_FORMAT, setup_from_scene
-from engine.shapes import make_sample, make_shape
+from engine.learned.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
+from engine.learned.dynamics import DTYPE, decode, encode, potential_terms, step_energy, step_terms
+from engine.core.formats import FormatError
+from engine.core.geometry import vertex_mass_fractions
+from engine.learned.model import TRANSLATION_MODES, NeurokModel
+from engine.learned.latent_scene import LatentScene
+from engine.learned.runtime import NeurokEngine, NeurokRun
+from engine.core.scene import SCENE_FORMAT, setup_from_scene
+from engine.training.shapes import make_sample, make_shape
 
 G = 9.81
 SOLIDS = (("box", 1), ("sphere", 2), ("blob", 3))

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from engine.formats import Mesh, read_sequence, write_sequence
-from engine.reference import ReferenceSimulator
-from engine.scene import setup_from_scene, setup_from_sequence
-from engine.shapes import _box_lattice, make_shape
+from engine.core.formats import Mesh, read_sequence, write_sequence
+from engine.reference.simulator import ReferenceSimulator
+from engine.core.scene import setup_from_scene, setup_from_sequence
+from engine.training.shapes import _box_lattice, make_shape
 
 G = 9.81
 FACE = 1e-6  # thickness (normalized coordinates) of the box selecting the vertices of one face

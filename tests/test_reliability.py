@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from engine.api import SimulationFault, open_engine
-from engine.checkpoint import save_checkpoint
-from engine.checks import MAX_VERTICES, check_mesh, inspect_mesh
+from engine.learned.checkpoint import save_checkpoint
+from engine.core.checks import MAX_VERTICES, check_mesh, inspect_mesh
 from engine.cli import main
-from engine.formats import FormatError, Mesh, read_sequence, write_obj
-from engine.model import NeurokModel
-from engine.scene import setup_from_scene
-from engine.shapes import make_sample, make_shape
+from engine.core.formats import FormatError, Mesh, read_sequence, write_obj
+from engine.learned.model import NeurokModel
+from engine.core.scene import setup_from_scene
+from engine.training.shapes import make_sample, make_shape
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -134,7 +134,7 @@ def test_fault_mid_run_keeps_good_frames_in_the_output(tmp_path, tiny_model, cap
     mesh_path, scene_path = tmp_path / "m.obj", tmp_path / "s.json"
     write_obj(mesh_path, make_shape("box", np.random.default_rng(1), 200))
     scene_path.write_text('{"format": "neurok.scene/1", "frames": 8}')
-    import engine.runtime as runtime
+    import engine.learned.runtime as runtime
     original = runtime.NeurokRun._try_step
 
     def failing(self, frame, q, qd, h):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy.spatial import cKDTree
 
-from engine.formats import NeurokError, read_mesh
-from engine.shapes import (FAMILIES, SAMPLES, SHEET_FAMILIES, SOLID_FAMILIES, face_areas, is_watertight,
+from engine.core.formats import NeurokError, read_mesh
+from engine.training.shapes import (FAMILIES, SAMPLES, SHEET_FAMILIES, SOLID_FAMILIES, face_areas, is_watertight,
                            make_sample, make_shape, mesh_volume)
 
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "assets" / "samples"

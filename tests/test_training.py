@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from engine.checkpoint import load_checkpoint
+from engine.learned.checkpoint import load_checkpoint
 from engine.cli import main
-from engine.dynamics import decode, encode
-from engine.formats import read_sequence
-from engine.generate import generate, load_index
-from engine.model import NeurokModel
-from engine.runtime import LatentScene, NeurokEngine, NeurokRun
-from engine.train import AUTOENCODER_SHARE, EULER_LAGRANGE_SHARE, load_items, mass_rms, train
+from engine.learned.dynamics import decode, encode
+from engine.core.formats import read_sequence
+from engine.training.generate import generate, load_index
+from engine.learned.model import NeurokModel
+from engine.learned.latent_scene import LatentScene
+from engine.learned.runtime import NeurokEngine, NeurokRun
+from engine.training.train import AUTOENCODER_SHARE, EULER_LAGRANGE_SHARE, load_items, mass_rms, train
 
 STEPS = 20          # 3 autoencoder, 2 Euler-Lagrange, 15 rollout steps
 MORE_STEPS = 24     # the resumed run adds 4

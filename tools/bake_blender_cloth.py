@@ -11,7 +11,7 @@ through one edge, two corners, one corner, the middle of an edge, each on a rand
 shape of the rest (the sheet starts at rest) and tension / shear / bending within +-30% of
 Blender's defaults. The last `--validation` sequences (default 6) are split 'validation', the rest 'train'.
 
-Recorded as Blender's solver ran it (see `engine/importers.py`): dt = 1 / fps, the gravity the
+Recorded as Blender's solver ran it (see `engine/training/importers.py`): dt = 1 / fps, the gravity the
 solver applies (0.001 x fps^2 x scene gravity: 5.65 m/s^2 at 24 fps), SI material numbers from
 `blender_cloth_material`, pins with their recorded positions, vertex masses; the raw Blender
 settings go in `meta["blender"]`.
@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine.formats import Sequence, atomic_write_text, write_sequence  # noqa: E402
-from engine.importers import blender_cloth_gravity, blender_cloth_material, sequence_from_point_cache  # noqa: E402
+from engine.core.formats import Sequence, atomic_write_text, write_sequence  # noqa: E402
+from engine.training.importers import blender_cloth_gravity, blender_cloth_material, sequence_from_point_cache  # noqa: E402
 
 FAMILY = "blender_cloth"
 PIN_MODES = ("edge", "two_corners", "one_corner", "edge_middle")
@@ -208,7 +208,7 @@ def make_sequence(seed: int, index: int, frames: int = 48, resolution: int = RES
             "blender": {"settings": settings, "fps": fps, "scene_gravity": list(SCENE_GRAVITY),
                         "grid": {"resolution": resolution, "size": SIZE}, "pin_group": "pin"},
             "pose": {k: plan[k] for k in ("pin_side", "yaw", "tilt", "tilt_axis", "curvature", "bend_angle")},
-            "units": "gravity = the solver's 0.001 x fps^2 x scene gravity; material = engine.importers.blender_cloth_material"}
+            "units": "gravity = the solver's 0.001 x fps^2 x scene gravity; material = engine.training.importers.blender_cloth_material"}
     seq = sequence_from_point_cache(rest, tris, positions, 1.0 / fps, gravity, material, pin_weight=weights,
                                     meta=meta, vertex_mass=settings["mass"], where=f"{FAMILY} sequence {index}")
     entry = {"file": f"seq_{index:05d}.npz", "family": FAMILY, "scenario": plan["pin_mode"], "split": split,

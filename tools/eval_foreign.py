@@ -27,9 +27,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from engine.api import SimulationFault, open_engine  # noqa: E402
-from engine.formats import NeurokError, read_sequence  # noqa: E402
-from engine.generate import load_index  # noqa: E402
-from engine.scene import setup_from_sequence  # noqa: E402
+from engine.core.formats import NeurokError, read_sequence  # noqa: E402
+from engine.training.generate import load_index  # noqa: E402
+from engine.core.scene import setup_from_sequence  # noqa: E402
 
 
 def rel_l2(pred: np.ndarray, true: np.ndarray, rest: np.ndarray) -> float:

@@ -13,12 +13,12 @@ import json
 import numpy as np
 import torch
 
-from engine.evaluate import bbox_diagonal, chamfer_l1
-from engine.formats import read_sequence
-from engine.generate import load_index
-from engine.geometry import farthest_point_sample
-from engine.runtime import NeurokEngine
-from engine.scene import setup_from_sequence
+from engine.evaluation.metrics import bbox_diagonal, chamfer_l1
+from engine.core.formats import read_sequence
+from engine.training.generate import load_index
+from engine.core.geometry import farthest_point_sample
+from engine.learned.runtime import NeurokEngine
+from engine.core.scene import setup_from_sequence
 
 
 def main():

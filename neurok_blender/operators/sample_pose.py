@@ -5,13 +5,11 @@ import numpy as np
 from bpy.props import IntProperty, StringProperty
 
 from .. import bridge, jobs, preferences
-from ..engine_link import NeurokError, has_module, learned_engine_status, module
+from ..engine_link import NeurokError, learned_engine_status
 from . import _common
 
 
 def unavailable_reason(context) -> str | None:
-    if not has_module("runtime"):
-        return "Sampling poses needs the learned engine, which this build does not include yet."
     s = context.scene.neurok
     problem = learned_engine_status(bpy.path.abspath(s.model_path) if s.model_path else "")
     if problem:
@@ -53,10 +51,6 @@ class NEUROK_OT_sample_pose(bpy.types.Operator):
         if inputs is None:
             return {'CANCELLED'}
         try:
-            runtime = module("runtime")
-            engine_cls = getattr(runtime, "NeurokEngine")
-            if not hasattr(engine_cls, "sample_pose"):
-                raise NeurokError("This version of the learned engine cannot sample poses yet.")
             engine = jobs.get_engine("neurok", inputs.model, preferences.device(context))
             pose = np.asarray(engine.sample_pose(inputs.setup, self.seed), dtype=np.float64)
         except NeurokError as e:

@@ -6,13 +6,11 @@ import bpy
 from bpy.props import FloatProperty, StringProperty
 
 from .. import bridge, jobs
-from ..engine_link import has_module, learned_engine_status, module
+from ..engine_link import api, learned_engine_status
 from . import _common
 
 
 def unavailable_reason(context) -> str | None:
-    if not has_module("specialize"):
-        return "Per-object specialization is not part of this build yet (engine/specialize.py is missing)."
     s = context.scene.neurok
     problem = learned_engine_status(bpy.path.abspath(s.model_path) if s.model_path else "")
     if problem:
@@ -28,28 +26,6 @@ def output_path(obj) -> tuple[str, str]:
         return path, bpy.path.relpath(path)
     path = str(bridge.temp_cache_dir() / f"specialized_{os.getpid()}_{name}.neurok.ckpt")
     return path, path
-
-
-def specialize_arguments(fn, inputs, minutes, path, model) -> dict:
-    """Keyword arguments for engine.specialize.specialize, following its signature."""
-    import inspect
-    params = inspect.signature(fn).parameters
-    kwargs = {"minutes": float(minutes)}
-    first = next(iter(params))
-    kwargs[first] = inputs.mesh  # the mesh, world space (what the bake simulates)
-    for name in ("out", "out_path", "output"):
-        if name in params:
-            kwargs[name] = path
-            break
-    if "scene" in params:
-        kwargs["scene"] = inputs.scene
-    if "model" in params and model:
-        kwargs["model"] = model
-    if "kind" in params:
-        kwargs["kind"] = inputs.setup.material.get("kind")
-    if "quiet" in params:
-        kwargs["quiet"] = True
-    return kwargs
 
 
 class NEUROK_OT_specialize(_common.JobOperator, bpy.types.Operator):
@@ -89,19 +65,16 @@ class NEUROK_OT_specialize(_common.JobOperator, bpy.types.Operator):
         path, stored = output_path(obj)
         self._stored = stored
         model = bpy.path.abspath(context.scene.neurok.model_path) if context.scene.neurok.model_path else None
-        kwargs = specialize_arguments(module("specialize").specialize, inputs, minutes, path, model)
-        fn = module("specialize").specialize
+        kind = inputs.setup.material.get("kind")
 
         def task(job):
-            def progress(*args):
-                # engine.specialize reports progress(fraction, message); (done, total) is accepted too
-                if args and isinstance(args[0], float) and (len(args) == 1 or isinstance(args[1], str)):
-                    if len(args) > 1 and args[1]:
-                        job._emit("stage", str(args[1]).capitalize())
-                    job._progress(int(round(1000 * min(max(args[0], 0.0), 1.0))), 1000)
-                elif len(args) >= 2:
-                    job._progress(int(args[0]), int(args[1]))
-            return fn(progress=progress, cancel=job.cancel, **kwargs)
+            def progress(fraction, message=""):
+                if message:
+                    job._emit("stage", str(message).capitalize())
+                job._progress(int(round(1000 * min(max(fraction, 0.0), 1.0))), 1000)
+            # the mesh in world space, what the bake simulates
+            return api.specialize(inputs.mesh, minutes=float(minutes), out=path, model=model, kind=kind,
+                                  quiet=True, progress=progress, cancel=job.cancel)
 
         return self.start_job(context, inputs, task=task, total=1000)
 

@@ -11,10 +11,10 @@ import torch
 
 from .dynamics import DTYPE, potential_terms
 from .integrators import newton_minimize
+from .latent_scene import LatentScene
 
 
 def solve_ik(engine, setup, handles, targets, regularization=1e-3, iterations=50):
-    from .runtime import LatentScene
     handles = np.asarray(handles, dtype=np.int64)
     with torch.no_grad():
         scene = LatentScene(engine.model, setup, device=engine.device)

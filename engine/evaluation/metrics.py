@@ -32,9 +32,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .formats import NeurokError, atomic_write_text, read_sequence
-from .generate import load_index
-from .scene import setup_from_scene, setup_from_sequence
+from ..core.geometry import triangle_areas
+from ..core.formats import NeurokError, atomic_write_text, read_sequence
+from ..training.generate import load_index
+from ..core.scene import setup_from_scene, setup_from_sequence
 
 REPORT_FRAMES = (1, 10, 50, 100, 200)
 SPLITS = ("train", "validation", "heldout")
@@ -66,7 +67,7 @@ def sample_surface(x, faces, n=CHAMFER_POINTS, seed=0) -> np.ndarray:
     if len(faces) == 0:
         return x
     a, b, c = x[faces[:, 0]], x[faces[:, 1]], x[faces[:, 2]]
-    area = 0.5 * np.linalg.norm(np.cross(b - a, c - a), axis=1)
+    area = triangle_areas(x, faces)
     total = area.sum()
     p = area / total if total > 0 and np.isfinite(total) else np.full(len(faces), 1.0 / len(faces))
     cdf = np.cumsum(p)
@@ -176,7 +177,7 @@ def aggregate(records) -> dict:
 
 def predict_neurok(engine, setup):
     """(frames [T,N,3], fault frame or None, error text or None, ms per frame)."""
-    from .api import SimulationFault
+    from ..api import SimulationFault
     try:
         run = engine.prepare(setup)
         t1 = time.perf_counter()
@@ -197,7 +198,7 @@ def predict_neurok(engine, setup):
 
 def energy_setup(name, frames=2):
     """An undamped, force-free, gravity-free, unpinned setup on one of the sample meshes."""
-    from .shapes import make_sample
+    from ..training.shapes import make_sample
     mesh = make_sample(name)
     preset = "cloth" if name == "flag" else "rubber"
     scene = {"format": "neurok.scene/1", "frames": frames, "dt": 1.0 / 24.0, "gravity": [0.0, 0.0, 0.0],
@@ -215,9 +216,10 @@ def energy_drift(model, steps=ENERGY_STEPS, integrators=None, meshes=ENERGY_MESH
     exactly back (the basis is mass-orthonormal); a frame is `substeps` steps, and E is read
     at every frame. Returns {"max": {integrator: worst over meshes}, "final": {...},
     "per_mesh": {...}, "steps": n}."""
-    from .integrators import INTEGRATORS
-    from .model import TRANSLATION_MODES
-    from .runtime import LatentScene, NeurokRun
+    from ..learned.integrators import INTEGRATORS
+    from ..learned.model import TRANSLATION_MODES
+    from ..learned.latent_scene import LatentScene
+    from ..learned.runtime import NeurokRun
     integrators = integrators or INTEGRATORS
     result = {"steps": steps, "amplitude": amplitude, "max": {}, "final": {}, "per_mesh": {}}
     if keep_curves:
@@ -319,7 +321,7 @@ def resolve_latent_mlp(model_path, data_dir, json_path, latent_mlp=None, mlp_min
     model's own training data when it is on this machine, else on `data_dir`'s train split) and
     saved next to the JSON. Returns (module or None, info dict)."""
     from .baselines import load_latent_mlp, train_latent_mlp
-    from .checkpoint import read_payload
+    from ..learned.checkpoint import read_payload
     candidates = [latent_mlp] if latent_mlp else [str(model_path) + ".latent_mlp.pt"]
     for c in candidates:
         if c and Path(c).is_file():
@@ -352,8 +354,8 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
     `engine` replaces the engine loaded from `model_path` (ablations); `entries` replaces the
     data folder's index (a subset)."""
     from .baselines import hold_still, pca_modal, rollout_latent_mlp
-    from .progress import ProgressBar
-    from .runtime import NeurokEngine
+    from ..core.progress import ProgressBar
+    from ..learned.runtime import NeurokEngine
     engine = engine or NeurokEngine(model_path, integrator=integrator)
     if entries is None:
         entries = pick_entries(load_index(data_dir), max_sequences)
@@ -472,7 +474,7 @@ def write_json(path, data):
 def evaluate_command(model_path, data_dir, json_path, max_sequences=None, **kwargs):
     """`neurok eval`: evaluate and write the JSON; prints a one-line summary per split."""
     if model_path is None:
-        from .api import default_model_path
+        from ..api import default_model_path
         model_path = default_model_path()
     result = evaluate(model_path, data_dir, max_sequences=max_sequences, json_path=json_path, **kwargs)
     write_json(json_path, result)

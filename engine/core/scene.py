@@ -7,12 +7,16 @@ made concrete for one mesh: per-vertex pin weights, per-frame pin targets and ac
 from __future__ import annotations
 
 import copy
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from .formats import SCENE_FORMAT, FormatError, Mesh, Sequence, brief
+from .checks import check_mesh
+from .errors import FormatError
+from .formats import SCENE_FORMAT, Mesh, Sequence, atomic_write_text, brief
 
 # Materials. Solids: stiffness = Young's modulus (Pa), density kg/m^3, poisson = Poisson ratio.
 # Cloth: stiffness = membrane stretch stiffness (N/m), density = areal density (kg/m^2),
@@ -319,7 +323,6 @@ class Setup:
 
 def setup_from_scene(mesh: Mesh, scene: dict, vertex_groups: dict | None = None, where: str = "scene") -> Setup:
     """Resolve a validated scene on a mesh (rest = the mesh's own coordinates, metres)."""
-    from .checks import check_mesh  # local: checks builds on the reference simulator's helpers
     scene = validate_scene(scene, where)
     warnings = check_mesh(mesh, getattr(mesh, "name", "mesh"))
     rest = np.asarray(mesh.vertices, dtype=np.float64)
@@ -372,3 +375,25 @@ def setup_from_sequence(seq: Sequence) -> Setup:
                  floor_z=seq.floor_z,
                  vertex_mass=None if seq.vertex_mass is None else seq.vertex_mass.astype(np.float64),
                  meta=dict(seq.meta))
+
+
+# --------------------------------------------------------------------------- scene files
+
+def read_scene(path) -> dict:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FormatError(f"{path}: no such scene file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise FormatError(f"{path}: cannot read scene file ({type(e).__name__})") from None
+    try:
+        scene = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FormatError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    except (ValueError, RecursionError) as e:  # e.g. integers with too many digits, deep nesting
+        raise FormatError(f"{path}: not valid JSON ({type(e).__name__})") from None
+    return validate_scene(scene, str(path))
+
+
+def write_scene(path, scene: dict) -> None:
+    atomic_write_text(path, json.dumps(scene, indent=2) + "\n")

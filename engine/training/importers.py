@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import FormatError, NeurokError, Sequence, atomic_write_bytes, read_mesh, read_pc2, write_sequence
-from .scene import resolve_material
+from ..core.formats import FormatError, NeurokError, Sequence, atomic_write_bytes, read_mesh, read_pc2, write_sequence
+from ..core.scene import resolve_material
 
 MDD_HEADER = struct.Struct(">ii")
 AXIS_MATCH = 1e-3       # frame 0 within this share of the diagonal of the rest mesh: same axes

@@ -21,8 +21,10 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from .physics import FLOOR_FRICTION, FLOOR_OMEGA2, pin_stiffness
-from .scene import Setup
+from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, pin_stiffness
+from ..core.errors import SimulationFault
+from ..core.geometry import is_closed, lumped_vertex_areas, triangle_areas
+from ..core.scene import Setup
 
 DEFAULT_LATTICE_CELLS = 12      # cells along the longest side of a solid
 MAX_LATTICE_CELLS = 2500        # cap on occupied cells (cost grows ~linearly)
@@ -30,27 +32,6 @@ DEFAULT_SUBSTEP = 1.0 / 96.0    # longest substep, seconds
 
 
 # --------------------------------------------------------------------------- geometry helpers
-
-def triangle_areas(x, faces):
-    return 0.5 * np.linalg.norm(np.cross(x[faces[:, 1]] - x[faces[:, 0]], x[faces[:, 2]] - x[faces[:, 0]]), axis=1)
-
-
-def lumped_vertex_areas(x, faces):
-    area = np.zeros(len(x))
-    a3 = triangle_areas(x, faces) / 3.0
-    for k in range(3):
-        np.add.at(area, faces[:, k], a3)
-    return area
-
-
-def is_closed(faces) -> bool:
-    """Every edge is shared by exactly two triangles."""
-    if len(faces) == 0:
-        return False
-    e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
-    _, counts = np.unique(e, axis=0, return_counts=True)
-    return bool(np.all(counts == 2))
-
 
 def winding_numbers(points, x, faces, chunk=256):
     """Generalised winding number of a closed triangle mesh at each point (1 inside, 0 outside)."""
@@ -528,7 +509,6 @@ class ReferenceSimulator:
         self.frame += 1
         x = self.vertices()
         if not np.all(np.isfinite(x)):
-            from .api import SimulationFault
             raise SimulationFault(f"the reference simulation produced NaN at frame {self.frame}", self.frame, None)
         return x
 

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .formats import Mesh, NeurokError, read_sequence
-from .progress import ProgressBar
+from ..core.formats import Mesh, NeurokError, read_sequence
+from ..core.progress import ProgressBar
 
 ROOT = Path(__file__).resolve().parent.parent
 PUSH_MAX = 30.0       # m/s^2: the largest uniform push in the training scenes (generate.random_scene)
@@ -57,8 +57,8 @@ TARGETS = {"ms_10k": 8.0, "ms_100k": 60.0, "reference_speedup_10k": 100.0, "base
 def pick_indices(seed, sequences, heldout):
     """Sequence indices of a data set made with `seed` whose shape families give `heldout`
     held-out and `sequences - heldout` other sequences (the family is the first random draw)."""
-    from .generate import HELDOUT_FAMILIES
-    from .shapes import FAMILIES
+    from ..training.generate import HELDOUT_FAMILIES
+    from ..training.shapes import FAMILIES
     chosen, held, other, i = [], 0, 0, 0
     while len(chosen) < sequences and i < 100000:
         family = str(np.random.default_rng([seed, i]).choice(FAMILIES))
@@ -72,7 +72,7 @@ def pick_indices(seed, sequences, heldout):
 
 def make_eval_set(out, seed, sequences, heldout, frames, workers=None, quiet=False):
     """Generate (or resume) the chosen sequences into `out` with an `index.json`."""
-    from .generate import make_sequences
+    from ..training.generate import make_sequences
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     index_path = out / "index.json"
@@ -104,7 +104,7 @@ def _scene(frames, material, pins=True, accel=(0.0, 0.0, 0.0), floor=None, veloc
 
 
 def two_bodies(rng, target=1200):
-    from .shapes import make_shape
+    from ..training.shapes import make_shape
     a = make_shape("sphere", rng, target // 2)
     b = make_shape("blob", rng, target // 2)
     shift = np.array([1.2 * (np.ptp(a.vertices[:, 0]) + np.ptp(b.vertices[:, 0])) / 2, 0.0, 0.0])
@@ -116,7 +116,7 @@ def two_bodies(rng, target=1200):
 
 
 def thin_plate(rng, target=1200, thickness=0.04):
-    from .shapes import make_shape
+    from ..training.shapes import make_shape
     m = make_shape("box", rng, target)
     v = m.vertices.copy()
     # flatten along the shortest axis of the bounding box to 4% of the longest side
@@ -129,7 +129,7 @@ def thin_plate(rng, target=1200, thickness=0.04):
 
 def stress_cases(cfg):
     """(name, group, parameter, mesh, scene, want truth) of the stress suite."""
-    from .shapes import make_shape
+    from ..training.shapes import make_shape
     frames = cfg["stress_frames"]
     rubber = {"preset": "rubber"}
     blob = make_shape("blob", np.random.default_rng(5), 800)
@@ -159,12 +159,12 @@ def stress_cases(cfg):
 
 
 def run_stress(cfg, model_path, quiet=False):
-    from .api import SimulationFault
-    from .evaluate import bbox_diagonal, first_unstable_frame, predict_neurok, rel_l2_curve, sequence_metrics
-    from .generate import GENERATOR_LATTICE, GENERATOR_SUBSTEP
-    from .reference import ReferenceSimulator
-    from .runtime import NeurokEngine
-    from .scene import setup_from_scene
+    from ..api import SimulationFault
+    from .metrics import bbox_diagonal, first_unstable_frame, predict_neurok, rel_l2_curve, sequence_metrics
+    from ..training.generate import GENERATOR_LATTICE, GENERATOR_SUBSTEP
+    from ..reference.simulator import ReferenceSimulator
+    from ..learned.runtime import NeurokEngine
+    from ..core.scene import setup_from_scene
     engine = NeurokEngine(model_path)
     cases = stress_cases(cfg)
     bar = None if quiet else ProgressBar(len(cases), "stress")
@@ -217,7 +217,7 @@ def resolution_consistency(preds):
     """Mean distance (over frames and the smallest mesh's vertices) between each resolution's
     motion and the smallest one's, at the nearest rest vertices, / diagonal."""
     from scipy.spatial import cKDTree
-    from .evaluate import bbox_diagonal
+    from .metrics import bbox_diagonal
     if len(preds) < 2:
         return {}
     sizes = sorted(preds)
@@ -247,8 +247,8 @@ def prior_only_engine(model_path, scale):
     """The learned engine with its potential replaced by the prior's: v(q) = 1/2 sum (c q_i / sigma_i)^2
     with sigma the shape-conditioned prior std of the latent (geometry only, no dynamics
     learned) and one global constant c."""
-    from .model import TRANSLATION_MODES
-    from .runtime import NeurokEngine
+    from ..learned.model import TRANSLATION_MODES
+    from ..learned.runtime import NeurokEngine
     engine = NeurokEngine(model_path)
     pot, prior = engine.model.potential, engine.model.prior
 
@@ -266,9 +266,9 @@ def fit_prior_scale(model_path, train_data, frames=24, sequences=4,
                     grid=(1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0)):
     """The constant c of the prior-only potential with the least rollout error on a few
     training sequences (first `frames` frames)."""
-    from .evaluate import predict_neurok, sequence_metrics
-    from .generate import load_index
-    from .scene import setup_from_sequence
+    from .metrics import predict_neurok, sequence_metrics
+    from ..training.generate import load_index
+    from ..core.scene import setup_from_sequence
     entries = [e for e in load_index(train_data) if e.get("split", "train") == "train"][:sequences]
     seqs = []
     for e in entries:
@@ -289,9 +289,9 @@ def fit_prior_scale(model_path, train_data, frames=24, sequences=4,
 
 
 def run_ablations(cfg, model_path, data_dir, train_data, out, quiet=False):
-    from .evaluate import evaluate, pick_entries
-    from .generate import load_index
-    from .runtime import NeurokEngine
+    from .metrics import evaluate, pick_entries
+    from ..training.generate import load_index
+    from ..learned.runtime import NeurokEngine
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     entries = pick_entries(load_index(data_dir), cfg["ablation_sequences"])
@@ -324,7 +324,7 @@ def run_ablations(cfg, model_path, data_dir, train_data, out, quiet=False):
         rows.append({"name": "potential: prior-only", "status": "not run", "reason": "no training data to fit its constant"})
     # latent sizes by short training runs (in parallel, one core each)
     minutes = float(os.environ.get("NEUROK_ABLATION_MINUTES", cfg["ablation_minutes"]))
-    from .model import AFFINE_MODES, TRANSLATION_MODES
+    from ..learned.model import AFFINE_MODES, TRANSLATION_MODES
     fixed = TRANSLATION_MODES + AFFINE_MODES
     runnable = [L for L in cfg["ablation_latents"] if L > fixed]
     for L in cfg["ablation_latents"]:
@@ -365,8 +365,8 @@ def run_ablations(cfg, model_path, data_dir, train_data, out, quiet=False):
 # =========================================================================== the suite
 
 def _training_data(model_path, fallback):
-    from .checkpoint import read_payload
-    from .generate import load_index
+    from ..learned.checkpoint import read_payload
+    from ..training.generate import load_index
     meta = json.loads(read_payload(model_path).get("meta", "{}"))
     for d in (meta.get("data"), str(ROOT / str(meta.get("data", ""))) if meta.get("data") else None, fallback):
         if d and Path(d).is_dir():
@@ -379,10 +379,10 @@ def _training_data(model_path, fallback):
 
 
 def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None, **overrides):
-    from .api import default_model_path
+    from ..api import default_model_path
     from .baselines import load_latent_mlp, train_latent_mlp
     from .bench import bench
-    from .evaluate import evaluate, write_json
+    from .metrics import evaluate, write_json
     if preset not in PRESETS:
         raise NeurokError(f"unknown preset '{preset}' (small or full)")
     unknown = set(overrides) - set(PRESETS[preset])
@@ -557,12 +557,6 @@ def _late_frame(result):
     return frame, curve[frame], bases
 
 
-def _last_frame(result):
-    rel = result["splits"]["all"]["rel_l2"]
-    frames = [int(k) for k in rel if k != "mean" and rel[k] is not None]
-    return max(frames) if frames else None
-
-
 def make_figures(result, stress, bench_result, ablations, fig_dir):
     import matplotlib
     matplotlib.use("Agg")
@@ -673,16 +667,6 @@ def _metric_row(name, block):
 
 METRIC_HEADER = ("| engine | t=1 | t=10 | t=50 | t=100 | t=200 | last frame (t) | mean | chamfer_l1 | unstable | sequences |\n"
                  "|---|---|---|---|---|---|---|---|---|---|---|")
-
-
-def rebuild_report(out_dir="eval_out", preset="small", docs_dir=None):
-    """Write docs/EVALUATION.md again from the JSON files of an earlier suite run."""
-    out = Path(out_dir) / preset
-    load = lambda name: json.loads((out / name).read_text())  # noqa: E731
-    ablations = load("ablations.json") if (out / "ablations.json").is_file() else \
-        {"rows": [], "skipped": "no ablations were run in this suite run"}
-    docs = Path(docs_dir) if docs_dir else ROOT / "docs"
-    return write_report(load("suite.json"), load("eval.json"), load("stress.json"), load("bench.json"), ablations, docs)
 
 
 def _rel(p):
@@ -908,6 +892,6 @@ def write_report(suite, result, stress, bench_result, ablations, docs):
     add("")
     docs.mkdir(parents=True, exist_ok=True)
     path = docs / "EVALUATION.md"
-    from .formats import atomic_write_text
+    from ..core.formats import atomic_write_text
     atomic_write_text(path, "\n".join(L))
     return path

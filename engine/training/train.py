@@ -27,16 +27,16 @@ import numpy as np
 import torch
 from torch.func import vmap
 
-from .checkpoint import read_payload, save_checkpoint
-from .dynamics import DTYPE, SUBSTEP, decode, elastic_hessian, encode, mesh_tensors
-from .formats import NeurokError, atomic_write_bytes, read_sequence
+from ..learned.checkpoint import read_payload, save_checkpoint
+from ..learned.dynamics import DTYPE, SUBSTEP, decode, elastic_hessian, encode, mesh_tensors
+from ..core.formats import NeurokError, atomic_write_bytes, read_sequence
 from .generate import load_index
-from .integrators import BatchedSolver
-from .model import ModelConfig, NeurokModel
-from .physics import material_omega2
-from .progress import ProgressBar
-from .runtime import LatentScene
-from .scene import setup_from_sequence
+from ..learned.integrators import BatchedSolver
+from ..learned.model import ModelConfig, NeurokModel
+from ..core.physics import material_omega2
+from ..core.progress import ProgressBar
+from ..learned.latent_scene import LatentScene
+from ..core.scene import setup_from_sequence
 
 AUTOENCODER_SHARE, EULER_LAGRANGE_SHARE = 0.15, 0.10
 BATCH = 8
@@ -327,7 +327,7 @@ def _save(out, resume, model, opt, step, elapsed, items, history, data):
 def validation_summary(model, items, frames=24):
     """Mean rel_l2 of runtime rollouts (first `frames` frames) on validation sequences, and
     the same for holding still at frame 0."""
-    from .runtime import NeurokRun
+    from ..learned.runtime import NeurokRun
     errs, still = [], []
     with torch.no_grad():
         for item in items:

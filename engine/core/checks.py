@@ -11,7 +11,9 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from .formats import FormatError, Mesh
+from .errors import FormatError
+from .geometry import triangle_areas
+from .formats import Mesh
 
 MAX_VERTICES = 2_000_000          # beyond this the engine refuses (memory: ~1.2 KB per vertex)
 BYTES_PER_VERTEX = 1200           # measured peak of encode + bake per vertex (basis, frames)
@@ -40,8 +42,7 @@ def inspect_mesh(mesh: Mesh, frames: int = 0) -> list[Finding]:
     extent = np.ptp(v, axis=0)
     if extent.max() <= 0:
         return [Finding("error", "all vertices are at the same point")]
-    area2 = np.linalg.norm(np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]]), axis=1)
-    degenerate = int(np.sum(area2 <= 1e-12 * extent.max() ** 2))
+    degenerate = int(np.sum(2.0 * triangle_areas(v, f) <= 1e-12 * extent.max() ** 2))
     if degenerate == len(f):
         return [Finding("error", "every face is degenerate (zero area)")]
     if degenerate:
@@ -77,9 +78,3 @@ def check_mesh(mesh: Mesh, where: str = "mesh", frames: int = 0) -> list[str]:
             raise FormatError(f"{where}: {finding.message}")
     return [x.message for x in findings]
 
-
-def topology_signature(faces) -> str:
-    """A cheap fingerprint of the connectivity, stored with a bake to detect later edits."""
-    f = np.ascontiguousarray(np.asarray(faces, dtype=np.int64))
-    import hashlib
-    return f"{int(f.max()) + 1 if f.size else 0}:{len(f)}:" + hashlib.sha1(f.tobytes()).hexdigest()[:16]

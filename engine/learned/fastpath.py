@@ -12,7 +12,7 @@ import contextlib
 import numpy as np
 
 from .model import TRANSLATION_MODES
-from .physics import FLOOR_FRICTION, FLOOR_OMEGA2
+from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2
 
 
 class SingleThreadedBlas:

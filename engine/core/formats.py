@@ -19,16 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import FormatError, NeurokError  # noqa: F401  (NeurokError: re-exported for readers of this module)
+
 SEQUENCE_FORMAT = "neurok.sequence/1"
 SCENE_FORMAT = "neurok.scene/1"
-
-
-class NeurokError(Exception):
-    """A user-facing error: its message is one clear line, shown without a traceback."""
-
-
-class FormatError(NeurokError):
-    """A file or value that does not follow its format."""
 
 
 def brief(value, limit: int = 60) -> str:
@@ -454,26 +448,3 @@ def read_pc2(path) -> tuple[np.ndarray, float, float]:
         raise FormatError(f"{path}: PC2 file is {len(data)} bytes, header promises {expected} (truncated or corrupt)")
     pos = np.frombuffer(data, dtype="<f4", offset=_PC2_HEADER.size).reshape(samples, points, 3)
     return pos.copy(), start, rate
-
-
-# --------------------------------------------------------------------------- scenes
-
-def read_scene(path) -> dict:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FormatError(f"{path}: no such scene file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise FormatError(f"{path}: cannot read scene file ({type(e).__name__})") from None
-    try:
-        scene = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise FormatError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
-    except (ValueError, RecursionError) as e:  # e.g. integers with too many digits, deep nesting
-        raise FormatError(f"{path}: not valid JSON ({type(e).__name__})") from None
-    from .scene import validate_scene  # local import: scene.py builds on this module
-    return validate_scene(scene, str(path))
-
-
-def write_scene(path, scene: dict) -> None:
-    atomic_write_text(path, json.dumps(scene, indent=2) + "\n")

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import NeurokError, atomic_write_text, read_sequence, write_sequence
-from .progress import ProgressBar
-from .reference import ReferenceSimulator
-from .scene import Setup, resolve_material, setup_from_scene
+from ..core.formats import NeurokError, atomic_write_text, read_sequence, write_sequence
+from ..core.progress import ProgressBar
+from ..reference.simulator import ReferenceSimulator
+from ..core.scene import Setup, resolve_material, setup_from_scene
 from .shapes import FAMILIES, SHEET_FAMILIES, make_shape
 
 HELDOUT_FAMILIES = ("capsule", "torus")

@@ -14,10 +14,22 @@ from pathlib import Path
 
 import torch
 
-from .formats import FormatError, atomic_write_bytes
+from ..core.errors import FormatError, NeurokError
+from ..core.formats import atomic_write_bytes
 from .model import ModelConfig, NeurokModel
 
 CHECKPOINT_FORMAT = "neurok.checkpoint/1"
+# assets/ sits next to engine/ both in the repository and inside the built extension
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+DEFAULT_MODEL_NAME = "neurok_default.ckpt"
+
+
+def default_model_path() -> Path:
+    """The bundled checkpoint."""
+    path = ASSETS / DEFAULT_MODEL_NAME
+    if not path.is_file():
+        raise NeurokError(f"the bundled model '{DEFAULT_MODEL_NAME}' is missing; pass --model or run 'make train'")
+    return path
 
 
 def save_checkpoint(path, model: NeurokModel, meta: dict | None = None, extra: dict | None = None) -> None:

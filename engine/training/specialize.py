@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .api import Cancelled, default_model_path
-from .formats import Mesh, NeurokError, write_sequence
+from ..core.errors import Cancelled
+from ..learned.checkpoint import default_model_path
+from ..core.formats import Mesh, NeurokError, write_sequence
 from .generate import simulate_random_scene
-from .progress import ProgressBar
-from .reference import is_closed
+from ..core.progress import ProgressBar
+from ..core.geometry import is_closed
 from .train import train
 
 SIMULATION_SHARE = 0.4      # of the budget spent making data; the rest fine-tunes

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .geometry import Normalisation, farthest_point_sample, vertex_mass_fractions, vertex_normals
+from ..core.geometry import Normalisation, farthest_point_sample, vertex_mass_fractions, vertex_normals
 from .model import TRANSLATION_MODES, NeurokModel
-from .physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MATERIAL, material_omega2
+from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MATERIAL, material_omega2
 
 SUBSTEP = 1.0 / 48.0       # longest latent step (s); the generator's reference substep too
 CONTACT_SAMPLES = 256     # floor contact is felt at this many spread samples (64 let bodies sink between them)
@@ -104,23 +104,6 @@ def generalized(red: ReducedMesh, mt: MeshTensors, vec_norm):
 
 def pin_omega2(material, scale):
     return max(PIN_OMEGA2, PIN_OVER_MATERIAL * material_omega2(material, scale))
-
-
-def pin_terms(red: ReducedMesh, mt: MeshTensors, pin_weight, targets_norm, material):
-    """P [d,d] and b [T,d] of the pin springs (only pinned vertices are visited).
-    pin_weight [N] numpy; targets_norm [T,N,3] tensor (normalised)."""
-    pinned = np.nonzero(np.asarray(pin_weight) > 0)[0]
-    d = red.phi.shape[1]
-    T = targets_norm.shape[0]
-    if len(pinned) == 0:
-        return torch.zeros(d, d, dtype=DTYPE, device=mt.x.device), torch.zeros(T, d, dtype=DTYPE, device=mt.x.device)
-    idx = torch.as_tensor(pinned, device=mt.x.device)
-    w = mt.mu[idx] * torch.as_tensor(np.asarray(pin_weight)[pinned], dtype=DTYPE, device=mt.x.device) \
-        * pin_omega2(material, mt.norm.scale)
-    phi = red.phi[idx]
-    P = torch.einsum("n,nia,nja->ij", w, phi, phi)
-    b = torch.einsum("n,nja,tna->tj", w, phi, targets_norm[:, idx] - mt.x[idx])
-    return P, b
 
 
 def contact_terms(red: ReducedMesh, mt: MeshTensors):
@@ -208,6 +191,3 @@ def elastic_hessian(potential, q, ctx):
     return potential_terms(potential, q, ctx)[2]
 
 
-def contact_mask(ctx):
-    z = ctx["z_c"] + ctx["phi_c"][:, :, 2] @ ctx["q_n"]
-    return (z < ctx["floor"]).to(z.dtype) * ctx["has_floor"]

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .formats import NeurokError
+from ..core.formats import NeurokError
 
 BENCH_SCENE = {"format": "neurok.scene/1", "dt": 1.0 / 24.0, "gravity": [0.0, 0.0, -9.81],
                "material": {"preset": "rubber"},
@@ -42,12 +42,12 @@ LARGE_MESH = 50_000
 
 
 def bench_mesh(n: int):
-    from .shapes import make_shape
+    from ..training.shapes import make_shape
     return make_shape("sphere", np.random.default_rng(0), target_vertices=n)
 
 
 def bench_setup(mesh, frames: int):
-    from .scene import setup_from_scene
+    from ..core.scene import setup_from_scene
     return setup_from_scene(mesh, dict(BENCH_SCENE, frames=frames))
 
 
@@ -148,7 +148,7 @@ def bench_neurok(engine, setup, device="cpu") -> dict:
 
 
 def bench_reference(setup, frames: int) -> dict:
-    from .api import ReferenceEngine
+    from ..api import ReferenceEngine
     import copy
     s = copy.copy(setup)
     s.frames = frames
@@ -247,7 +247,7 @@ def bench_blender_cloth(mesh, setup, frames: int, threads: int, timeout: float =
 # --------------------------------------------------------------------------- the command
 
 def machine() -> dict:
-    from .evaluate import machine_info
+    from .metrics import machine_info
     info = machine_info()
     info["threads"] = torch.get_num_threads()
     try:
@@ -259,9 +259,9 @@ def machine() -> dict:
 
 def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=True, blender=True, cuda=None,
           reference_frames=None, threads=None, quiet=False) -> dict:
-    from .api import default_model_path
-    from .progress import ProgressBar
-    from .runtime import NeurokEngine
+    from ..api import default_model_path
+    from ..core.progress import ProgressBar
+    from ..learned.runtime import NeurokEngine
     if threads:
         torch.set_num_threads(int(threads))
     model_path = model_path or default_model_path()
@@ -328,7 +328,7 @@ def ratios(rows) -> dict:
 
 
 def bench_command(json_path, model_path=None, sizes=(1000, 10000, 100000), frames=24, **kwargs) -> dict:
-    from .evaluate import write_json
+    from .metrics import write_json
     result = bench(model_path, list(sizes), frames, **kwargs)
     write_json(json_path, result)
     for r in result["rows"]:

@@ -40,11 +40,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .checkpoint import load_checkpoint
-from .dynamics import DTYPE, encode, pin_omega2
-from .formats import FormatError, NeurokError, atomic_write_bytes, read_sequence
-from .model import MATERIAL_FEATURES, TRANSLATION_MODES, mlp
-from .scene import Setup, setup_from_sequence
+from ..learned.checkpoint import load_checkpoint
+from ..learned.dynamics import DTYPE, encode, pin_omega2
+from ..core.formats import FormatError, NeurokError, atomic_write_bytes, read_sequence
+from ..learned.model import MATERIAL_FEATURES, TRANSLATION_MODES, mlp
+from ..core.scene import Setup, setup_from_sequence
 
 MLP_FORMAT = "neurok.latent_mlp/1"
 BLOWUP = 10.0              # |q_elastic| (normalised lengths) beyond which a rollout is a blow-up
@@ -180,7 +180,7 @@ def _start_latents(scene):
 
 def rollout_latent_mlp(stepper: LatentMLP, model, setup: Setup, device="cpu"):
     """Predicted frames [T,N,3] and the first frame that blew up (None if stable)."""
-    from .runtime import LatentScene
+    from ..learned.latent_scene import LatentScene
     with torch.no_grad():
         scene = LatentScene(model, setup, device=device)
         terms = SceneTerms(scene)
@@ -202,7 +202,7 @@ def rollout_latent_mlp(stepper: LatentMLP, model, setup: Setup, device="cpu"):
 
 class _Sequence:
     def __init__(self, model, item):
-        from .runtime import LatentScene
+        from ..learned.latent_scene import LatentScene
         scene = LatentScene(model, item.setup, mt=item.mt)
         self.terms = SceneTerms(scene)
         self.Q = encode(scene.red, scene.mt, item.xs)                  # [T,d] encoded ground truth
@@ -215,8 +215,8 @@ def train_latent_mlp(model_path, data_dir, minutes: float | None = 5.0, steps: i
                      seed: int = 0, quiet: bool = False, batch: int = 64, hidden: int = 256, log=None):
     """Train the latent-MLP baseline on the training split of `data_dir`, in the latent space of
     the (frozen) NeuROK model at `model_path`. Saves to `out` when given; returns the module."""
-    from .progress import ProgressBar
-    from .train import load_items
+    from ..core.progress import ProgressBar
+    from ..training.train import load_items
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model, _ = load_checkpoint(model_path)
@@ -347,12 +347,3 @@ def load_latent_mlp(path) -> LatentMLP:
     return net
 
 
-def encoded_sequence(model, seq_path):
-    """(LatentScene, encoded ground-truth latents [T,d]) of one sequence file (for diagnostics)."""
-    from .runtime import LatentScene
-    seq = read_sequence(seq_path)
-    setup = setup_from_sequence(seq)
-    with torch.no_grad():
-        scene = LatentScene(model, setup)
-        xs = torch.as_tensor(scene.mt.norm.forward(seq.positions), dtype=DTYPE)
-        return scene, encode(scene.red, scene.mt, xs)

@@ -23,8 +23,7 @@ Sheet family:
                 diagonals) in the XY plane, or stood up in the XZ plane half of the time
 
 Every random choice comes from the `rng` passed in, so the same seed gives the same mesh.
-`make_sample(name)` builds the fixed demo meshes stored in assets/samples/; regenerate them with
-`python -c "from engine.shapes import write_samples; write_samples('assets/samples')"`.
+`make_sample(name)` builds the fixed demo meshes stored in assets/samples/.
 """
 from __future__ import annotations
 
@@ -33,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats import Mesh, NeurokError, write_obj
+from ..core import geometry
+from ..core.formats import Mesh, NeurokError, write_obj
 
 SOLID_FAMILIES = ("box", "sphere", "capsule", "torus", "superquadric", "blob", "union")
 SHEET_FAMILIES = ("sheet",)
@@ -71,16 +71,6 @@ def make_sample(name: str) -> Mesh:
     return mesh if name == "flag" else _orient_outward(mesh)
 
 
-def write_samples(folder) -> list[Path]:
-    """Write every demo sample as `<folder>/<name>.obj`; returns the paths written."""
-    paths = []
-    for name in SAMPLES:
-        path = Path(folder) / f"{name}.obj"
-        write_obj(path, make_sample(name))
-        paths.append(path)
-    return paths
-
-
 def is_watertight(mesh: Mesh) -> bool:
     """True when every edge is used by exactly two faces, once in each direction.
 
@@ -99,16 +89,11 @@ def is_watertight(mesh: Mesh) -> bool:
 
 
 def mesh_volume(mesh: Mesh) -> float:
-    """Signed enclosed volume (divergence theorem); positive for an outward-oriented closed mesh."""
-    v = np.asarray(mesh.vertices, dtype=np.float64)
-    a, b, c = (v[mesh.faces[:, k]] for k in range(3))
-    return float(np.einsum("ij,ij->i", a, np.cross(b, c)).sum() / 6.0)
+    return geometry.mesh_volume(mesh.vertices, mesh.faces)
 
 
 def face_areas(mesh: Mesh) -> np.ndarray:
-    v = mesh.vertices
-    a, b, c = (v[mesh.faces[:, k]] for k in range(3))
-    return 0.5 * np.linalg.norm(np.cross(b - a, c - a), axis=1)
+    return geometry.triangle_areas(mesh.vertices, mesh.faces)
 
 
 # --------------------------------------------------------------------------- placement helpers

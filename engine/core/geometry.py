@@ -1,11 +1,10 @@
-"""Mesh geometry the learned engine needs: normalisation, normals, masses, sample points."""
+"""Mesh geometry shared by every engine: normalisation, areas, volume, normals, masses, sample points."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from .reference import is_closed, lumped_vertex_areas
 
 
 @dataclass
@@ -24,6 +23,27 @@ class Normalisation:
 
     def inverse(self, xn):
         return np.asarray(xn) * self.scale + self.centre
+
+
+def triangle_areas(x, faces):
+    return 0.5 * np.linalg.norm(np.cross(x[faces[:, 1]] - x[faces[:, 0]], x[faces[:, 2]] - x[faces[:, 0]]), axis=1)
+
+
+def lumped_vertex_areas(x, faces):
+    area = np.zeros(len(x))
+    a3 = triangle_areas(x, faces) / 3.0
+    for k in range(3):
+        np.add.at(area, faces[:, k], a3)
+    return area
+
+
+def is_closed(faces) -> bool:
+    """Every edge is shared by exactly two triangles."""
+    if len(faces) == 0:
+        return False
+    e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
+    _, counts = np.unique(e, axis=0, return_counts=True)
+    return bool(np.all(counts == 2))
 
 
 def vertex_normals(x, faces):
@@ -49,20 +69,6 @@ def vertex_mass_fractions(rest, faces, vertex_mass=None):
         m = lumped_vertex_areas(np.asarray(rest, np.float64), faces) if len(faces) else np.ones(len(rest))
         m = np.where(m > 0, m, m[m > 0].mean() if np.any(m > 0) else 1.0)
     return m / m.sum()
-
-
-def total_mass(rest, faces, material):
-    """Mass in kg: density x volume (closed solids), x area (cloth and open meshes)."""
-    rest = np.asarray(rest, np.float64)
-    if material["kind"] == "solid" and len(faces) and is_closed(faces):
-        vol = abs(mesh_volume(rest, faces))
-        if vol > 0:
-            return material["density"] * vol
-    area = lumped_vertex_areas(rest, faces).sum() if len(faces) else 0.0
-    if material["kind"] == "solid":  # open mesh treated as a solid: a shell one-twentieth of its size thick
-        thickness = 0.05 * float(np.linalg.norm(np.ptp(rest, axis=0)))
-        return material["density"] * max(area * thickness, 1e-9)
-    return material["density"] * max(area, 1e-9)
 
 
 def farthest_point_sample(x, k, seed=0):

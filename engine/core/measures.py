@@ -1,0 +1,97 @@
+"""Plausibility measures of a deformed mesh against its rest shape: what a viewer sees first.
+
+Shared by the runtime guard (a frame that breaks a limit is not handed to the user) and by the
+evaluation (reported beside every distance), so both judge a frame the same way.
+
+- volume ratio: enclosed volume / rest volume of a closed surface (negative: inside out);
+- edge strain: |len/rest_len - 1| per edge, mean and max;
+- flipped triangles: share of triangles whose normal turned against the body's rotation
+  (the best-fit rotation of the whole frame is removed first, so a tumbling body is not flagged);
+- growth: bounding-box diagonal of the frame, best-fit rotation removed, over the rest diagonal.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .geometry import is_closed, mesh_volume
+
+
+def unique_edges(faces) -> np.ndarray:
+    faces = np.asarray(faces)
+    e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
+    return np.unique(e, axis=0)
+
+
+def best_rotation(rest, x) -> np.ndarray:
+    """Rotation R minimising |R (rest - c_rest) - (x - c_x)| (Kabsch), det R = +1."""
+    a = rest - rest.mean(axis=0)
+    b = x - x.mean(axis=0)
+    u, _, vt = np.linalg.svd(b.T @ a)
+    d = np.sign(np.linalg.det(u @ vt)) or 1.0
+    return u @ np.diag([1.0, 1.0, d]) @ vt
+
+
+@dataclass
+class MeshMeasures:
+    """Precomputed rest quantities of one mesh; `frame(x)` measures a deformed frame."""
+    rest: np.ndarray
+    faces: np.ndarray
+
+    def __post_init__(self):
+        self.rest = np.asarray(self.rest, np.float64)
+        self.faces = np.asarray(self.faces, np.int64)
+        self.edges = unique_edges(self.faces) if len(self.faces) else np.zeros((0, 2), np.int64)
+        self.rest_lengths = np.linalg.norm(self.rest[self.edges[:, 1]] - self.rest[self.edges[:, 0]], axis=1)
+        self.edge_ok = self.rest_lengths > 1e-12 * max(self.diagonal, 1e-30)
+        self.closed = bool(len(self.faces)) and is_closed(self.faces)
+        self.rest_volume = mesh_volume(self.rest, self.faces) if self.closed else 0.0
+        self.rest_normals = self._normals(self.rest)
+
+    @property
+    def diagonal(self) -> float:
+        return float(np.linalg.norm(np.ptp(self.rest, axis=0))) or 1.0
+
+    def _normals(self, x):
+        f = self.faces
+        if not len(f):
+            return np.zeros((0, 3))
+        return np.cross(x[f[:, 1]] - x[f[:, 0]], x[f[:, 2]] - x[f[:, 0]])
+
+    def volume_ratio(self, x) -> float | None:
+        if not self.closed or abs(self.rest_volume) < 1e-30:
+            return None
+        return mesh_volume(np.asarray(x, np.float64), self.faces) / self.rest_volume
+
+    def edge_strain(self, x) -> np.ndarray:
+        x = np.asarray(x, np.float64)
+        lengths = np.linalg.norm(x[self.edges[:, 1]] - x[self.edges[:, 0]], axis=1)
+        return np.abs(lengths[self.edge_ok] / self.rest_lengths[self.edge_ok] - 1.0)
+
+    def flipped_share(self, x) -> float:
+        """Share of triangles whose normal points against the rigidly rotated rest normal."""
+        if not len(self.faces):
+            return 0.0
+        x = np.asarray(x, np.float64)
+        R = best_rotation(self.rest, x)
+        n = self._normals(x)
+        n0 = self.rest_normals @ R.T
+        ok = np.linalg.norm(n0, axis=1) > 0
+        return float(np.mean(np.einsum("ij,ij->i", n[ok], n0[ok]) < 0.0)) if np.any(ok) else 0.0
+
+    def growth(self, x) -> float:
+        """Bounding-box diagonal of the frame in the body's own (best-fit rotated) frame, over rest."""
+        x = np.asarray(x, np.float64)
+        R = best_rotation(self.rest, x)
+        local = (x - x.mean(axis=0)) @ R
+        return float(np.linalg.norm(np.ptp(local, axis=0))) / self.diagonal
+
+    def frame(self, x) -> dict:
+        """All measures of one frame as plain numbers (volume_ratio None for open surfaces)."""
+        strain = self.edge_strain(x)
+        return {"volume_ratio": self.volume_ratio(x),
+                "edge_strain_mean": float(strain.mean()) if len(strain) else 0.0,
+                "edge_strain_max": float(strain.max()) if len(strain) else 0.0,
+                "flipped_share": self.flipped_share(x),
+                "growth": self.growth(x)}

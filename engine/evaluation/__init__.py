@@ -1,0 +1,1 @@
+"""Metrics, baselines, benchmarks and the evaluation suite. May use everything below it."""

@@ -1,0 +1,1 @@
+"""The learned engine: model, latent dynamics, integrators, runtime. Depends on core only."""

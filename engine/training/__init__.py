@@ -1,0 +1,1 @@
+"""Training data (procedural shapes, generation, imports) and the training loops. Depends on core, reference, learned."""
