@@ -46,6 +46,21 @@ def is_closed(faces) -> bool:
     return bool(np.all(counts == 2))
 
 
+def winding_numbers(points, x, faces, chunk=256):
+    """Generalised winding number of a closed triangle mesh at each point (1 inside, 0 outside)."""
+    out = np.zeros(len(points))
+    a0, b0, c0 = x[faces[:, 0]], x[faces[:, 1]], x[faces[:, 2]]
+    for s in range(0, len(points), chunk):
+        p = points[s:s + chunk, None, :]
+        a, b, c = a0[None] - p, b0[None] - p, c0[None] - p
+        la, lb, lc = (np.linalg.norm(v, axis=2) for v in (a, b, c))
+        det = np.einsum("pfi,pfi->pf", a, np.cross(b, c))
+        den = la * lb * lc + np.einsum("pfi,pfi->pf", a, b) * lc + np.einsum("pfi,pfi->pf", b, c) * la \
+            + np.einsum("pfi,pfi->pf", c, a) * lb
+        out[s:s + chunk] = np.arctan2(det, den).sum(axis=1) / (2.0 * np.pi)
+    return out
+
+
 def vertex_normals(x, faces):
     n = np.zeros_like(x)
     fn = np.cross(x[faces[:, 1]] - x[faces[:, 0]], x[faces[:, 2]] - x[faces[:, 0]])

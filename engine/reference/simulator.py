@@ -23,7 +23,7 @@ import scipy.sparse.linalg as spla
 
 from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, pin_stiffness
 from ..core.errors import SimulationFault
-from ..core.geometry import is_closed, lumped_vertex_areas, triangle_areas
+from ..core.geometry import is_closed, lumped_vertex_areas, triangle_areas, winding_numbers
 from ..core.scene import Setup
 
 DEFAULT_LATTICE_CELLS = 12      # cells along the longest side of a solid
@@ -32,21 +32,6 @@ DEFAULT_SUBSTEP = 1.0 / 96.0    # longest substep, seconds
 
 
 # --------------------------------------------------------------------------- geometry helpers
-
-def winding_numbers(points, x, faces, chunk=256):
-    """Generalised winding number of a closed triangle mesh at each point (1 inside, 0 outside)."""
-    out = np.zeros(len(points))
-    a0, b0, c0 = x[faces[:, 0]], x[faces[:, 1]], x[faces[:, 2]]
-    for s in range(0, len(points), chunk):
-        p = points[s:s + chunk, None, :]
-        a, b, c = a0[None] - p, b0[None] - p, c0[None] - p
-        la, lb, lc = (np.linalg.norm(v, axis=2) for v in (a, b, c))
-        det = np.einsum("pfi,pfi->pf", a, np.cross(b, c))
-        den = la * lb * lc + np.einsum("pfi,pfi->pf", a, b) * lc + np.einsum("pfi,pfi->pf", b, c) * la \
-            + np.einsum("pfi,pfi->pf", c, a) * lb
-        out[s:s + chunk] = np.arctan2(det, den).sum(axis=1) / (2.0 * np.pi)
-    return out
-
 
 def sample_triangles(x, faces, spacing):
     """Points on every triangle, no further apart than about `spacing`."""
