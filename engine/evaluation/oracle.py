@@ -1,0 +1,300 @@
+"""The physics-exact reduced oracle (DESIGN.md section 5): the reference simulator's own energy,
+stepped by backward-Euler Newton in a small linear subspace, with nothing learned.
+
+Subspace: skinning eigenmodes. H handles, each a full affine map (12 generalized coordinates),
+blended by weights w_h = the H lowest eigenvectors of the graph Laplacian of the reference's
+degrees of freedom (lattice nodes for solids, mesh vertices for cloth; the graph is the sparsity
+pattern of the elastic Hessian, so any discretisation works). The first eigenvector is constant,
+so rigid and affine motion of the whole body are exact. The displacement of DOF j is
+
+    u_j(q) = sum_h w_h(X_j) (A_h X~_j + b_h),      X~ = (X - centre) / size,
+
+linear in q (dimension 12 H), so mass, gravity, painted forces, pins and the floor reduce exactly.
+Each substep minimises the reference's incremental potential restricted to the subspace,
+
+    E(q) = 1/(2h^2) |q - q_n - h qd_n|^2_{M_r} + V_el(y(q)) - f_ext . y(q) + pins + floor
+           + 1/(2h) |q - q_n|^2_{D_r},          D = air_damping M + damping K(y_n)   (Rayleigh),
+
+by Newton with a backtracking line search; V_el and its gradient and Hessian come from the
+reference's `elastic.energy_grad_hess(y)` in full space and are pulled back through the basis.
+
+So the oracle's error against the reference is the subspace's error alone; a learned model with
+a latent of the same size that does worse than the oracle loses the difference in its dynamics.
+"""
+from __future__ import annotations
+
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from ..core.errors import SimulationFault
+from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, pin_stiffness
+from ..core.run import Engine, Run
+from ..core.scene import Setup
+from ..reference.simulator import ReferenceSimulator
+
+DEFAULT_HANDLES = 6           # 72 DOFs: the default when the model's latent size is unknown
+DOFS_PER_HANDLE = 12
+
+
+def handles_for_latent(latent: int | None) -> int:
+    """Handles whose DOF count is nearest the model's latent size (at least one)."""
+    if not latent:
+        return DEFAULT_HANDLES
+    return max(1, int(round(latent / DOFS_PER_HANDLE)))
+
+
+def model_latent_size(engine) -> int | None:
+    """The learned engine's latent size when it says it (attribute `latent_size`, or its model's
+    config), else None."""
+    for path in (("latent_size",), ("model", "cfg", "latent"), ("model", "config", "latent")):
+        obj = engine
+        for name in path:
+            obj = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+            if obj is None:
+                break
+        if isinstance(obj, (int, np.integer)) and obj > 0:
+            return int(obj)
+    return None
+
+
+def _elastic(sim, y, need_hess=True):
+    try:
+        return sim.elastic.energy_grad_hess(y, need_hess=need_hess)
+    except TypeError:        # an energy without the flag: always computes the Hessian
+        return sim.elastic.energy_grad_hess(y)
+
+
+def laplacian_weights(H_pattern, positions, handles):
+    """The `handles` lowest eigenvectors [n, handles] of the graph Laplacian whose edges are the
+    nonzero node blocks of a 3n x 3n matrix (mass-free, uniform edge weights)."""
+    n = len(positions)
+    A = sp.csr_matrix(H_pattern)
+    A = A.tocoo()
+    i, j = A.row // 3, A.col // 3
+    keep = i != j
+    adj = sp.csr_matrix((np.ones(int(keep.sum())), (i[keep], j[keep])), shape=(n, n))
+    adj.data[:] = 1.0
+    adj = ((adj + adj.T) > 0).astype(float)
+    L = sp.diags(np.asarray(adj.sum(axis=1)).ravel()) - adj
+    k = min(handles, n - 1) if n > 1 else 1
+    if n <= 1500 or k >= n - 1:
+        _, vecs = np.linalg.eigh(L.toarray())
+        W = vecs[:, :k]
+    else:
+        try:
+            _, vecs = spla.eigsh(L.tocsc(), k=k, sigma=-1e-3, which="LM")
+            W = vecs[:, :k]
+        except (RuntimeError, ValueError, spla.ArpackNoConvergence):
+            _, vecs = np.linalg.eigh(L.toarray())
+            W = vecs[:, :k]
+    # the constant vector first and positive (connected components each give one zero mode)
+    W = W / np.maximum(np.abs(W).max(axis=0), 1e-30)
+    return W
+
+
+def skinning_basis(weights, positions):
+    """B [3n, 12 H]: column (h, i, a) moves coordinate i of DOF j by w_h(j) * X~_a(j)."""
+    X = np.asarray(positions, np.float64)
+    c = 0.5 * (X.min(axis=0) + X.max(axis=0))
+    size = float(np.linalg.norm(np.ptp(X, axis=0))) or 1.0
+    feats = np.hstack([(X - c) / size, np.ones((len(X), 1))])          # [n,4]
+    n, H = weights.shape
+    B = np.zeros((n, 3, H, 3, 4))
+    for i in range(3):
+        B[:, i, :, i, :] = weights[:, :, None] * feats[:, None, :]
+    return B.reshape(3 * n, H * 12)
+
+
+class ReducedOracle:
+    """Backward-Euler Newton in a skinning-eigenmode subspace of a `ReferenceSimulator`."""
+
+    def __init__(self, setup: Setup, handles: int = DEFAULT_HANDLES, newton_iterations: int = 12,
+                 tolerance: float = 1e-6, **sim_kwargs):
+        self.setup = setup
+        self.sim = sim = ReferenceSimulator(setup, **sim_kwargs)
+        self.h = float(sim.h)
+        self.substeps = max(1, int(round(setup.dt / self.h)))
+        self.newton_iterations, self.tolerance = newton_iterations, tolerance
+        mat = setup.material
+        self.y_ref = np.asarray(sim.y, np.float64).copy()                  # DOFs at frame 0: q = 0
+        n = len(self.y_ref)
+        _, _, H0 = _elastic(sim, self.y_ref)
+        W = laplacian_weights(H0, self.y_ref, handles)
+        B = skinning_basis(W, self.y_ref)
+        M3 = np.repeat(np.asarray(sim.dof_mass, np.float64), 3)
+        # mass-orthonormal basis: same subspace, well-conditioned coordinates
+        G = B.T @ (M3[:, None] * B)
+        evals, evecs = np.linalg.eigh(G)
+        keep = evals > 1e-10 * evals.max()
+        T = evecs[:, keep] / np.sqrt(evals[keep])
+        self.B = B @ T                                                      # [3n, r], B^T M B = I
+        self.dofs = self.B.shape[1]
+        self.handles = W.shape[1]
+        self.W3 = sp.kron(sp.csr_matrix(sim.W), sp.identity(3), format="csr")
+        self.Bx = np.asarray(self.W3 @ self.B)                             # vertex basis [3N, r]
+        self.x_ref = np.asarray(self.W3 @ self.y_ref.ravel())
+        self.M3 = M3
+        self.vertex_mass = np.asarray(sim.vertex_mass, np.float64)
+        diag = float(np.linalg.norm(np.ptp(np.asarray(setup.rest, np.float64), axis=0))) or 1.0
+        self.diagonal = diag
+        pin_k = getattr(sim, "pin_k", None)
+        if pin_k is None:
+            pin_k = pin_stiffness(np.asarray(setup.pin_weight, np.float64), self.vertex_mass, mat, diag)
+        self.kp = np.repeat(np.asarray(pin_k, np.float64), 3)
+        self.pin_H = self.Bx.T @ (self.kp[:, None] * self.Bx)
+        self.air = float(mat.get("air_damping", 0.0))
+        self.beta = float(mat.get("damping", 0.0))
+        # initial velocity: the reference's DOF velocity, projected (mass-orthogonally)
+        v = getattr(sim, "v", None)
+        if v is not None:
+            self.qd = self.B.T @ (M3 * np.asarray(v, np.float64).ravel())
+        else:
+            vx = np.asarray(setup.v0, np.float64).ravel()
+            mv = np.repeat(self.vertex_mass, 3)
+            self.qd = np.linalg.lstsq(self.Bx * np.sqrt(mv)[:, None], np.sqrt(mv) * vx, rcond=None)[0]
+        self.q = np.zeros(self.dofs)
+        self.frame = 0
+
+    def y(self, q):
+        return (self.y_ref.ravel() + self.B @ q).reshape(-1, 3)
+
+    def x(self, q):
+        return (self.x_ref + self.Bx @ q).reshape(-1, 3)
+
+    def _external(self, frame):
+        s = self.setup
+        f_v = (self.vertex_mass[:, None] * np.asarray(s.external_accel(frame), np.float64)).ravel()
+        f_d = (np.asarray(self.sim.dof_mass, np.float64)[:, None] * np.asarray(s.gravity, np.float64)[None]).ravel()
+        return self.Bx.T @ f_v + self.B.T @ f_d
+
+    def _floor(self, x, x_prev, need_hess):
+        z = self.setup.floor_z
+        r = self.dofs
+        if z is None:
+            return 0.0, np.zeros(r), None
+        pen = np.minimum(x[:, 2] - z, 0.0)
+        contact = pen < 0
+        if not contact.any():
+            return 0.0, np.zeros(r), (np.zeros((r, r)) if need_hess else None)
+        k = self.vertex_mass * FLOOR_OMEGA2
+        kf = self.vertex_mass * FLOOR_FRICTION / self.h ** 2
+        slide = (x - x_prev)[:, :2]
+        e = 0.5 * float(np.sum(k * pen ** 2)) + 0.5 * float(np.sum((kf * contact)[:, None] * slide ** 2))
+        g = np.zeros_like(x)
+        g[:, 2] = k * pen
+        g[:, :2] = (kf * contact)[:, None] * slide
+        idx = np.nonzero(contact)[0]
+        rows = (3 * idx[:, None] + np.arange(3)).ravel()
+        Bc = self.Bx[rows]
+        grad = Bc.T @ g[idx].ravel()
+        H = None
+        if need_hess:
+            d = np.stack([kf[idx], kf[idx], k[idx]], axis=1).ravel()
+            H = Bc.T @ (d[:, None] * Bc)
+        return e, grad, H
+
+    def _step(self, frame):
+        h, q_n, qd_n = self.h, self.q, self.qd
+        x_prev = self.x(q_n)
+        f = self._external(frame)
+        target = np.asarray(self.setup.pin_target(frame + 1), np.float64).ravel()
+        _, _, K_n = _elastic(self.sim, self.y(q_n))
+        D = self.air * np.eye(self.dofs) + self.beta * (self.B.T @ (K_n @ self.B))
+        q_pred = q_n + h * qd_n
+
+        def total(q, need_hess=True):
+            e_el, g_el, H_el = _elastic(self.sim, self.y(q), need_hess)
+            x = self.x(q)
+            res = x.ravel() - target
+            dq, dv = q - q_pred, q - q_n
+            e_fl, g_fl, H_fl = self._floor(x, x_prev, need_hess)
+            Ddv = D @ dv
+            e = (0.5 / h ** 2 * float(dq @ dq) + e_el - float(f @ q) + 0.5 * float(np.dot(self.kp * res, res)) + e_fl
+                 + 0.5 / h * float(dv @ Ddv))
+            if not need_hess:
+                return e, None, None
+            g = dq / h ** 2 + self.B.T @ g_el - f + self.Bx.T @ (self.kp * res) + g_fl + Ddv / h
+            H = np.eye(self.dofs) / h ** 2 + self.B.T @ (H_el @ self.B) + self.pin_H + D / h
+            if H_fl is not None:
+                H = H + H_fl
+            return e, g, H
+
+        q = q_pred.copy()
+        for _ in range(self.newton_iterations):
+            e, g, H = total(q)
+            try:
+                step = -np.linalg.solve(0.5 * (H + H.T), g)
+            except np.linalg.LinAlgError:
+                step = -g * h ** 2
+            slope, alpha = float(g @ step), 1.0
+            if slope > 0:
+                step, slope = -g * h ** 2, -float(g @ g) * h ** 2
+            while alpha > 1e-4:
+                if total(q + alpha * step, need_hess=False)[0] <= e + 1e-4 * alpha * slope:
+                    break
+                alpha *= 0.5
+            q = q + alpha * step
+            if np.max(np.abs(self.Bx @ (alpha * step))) < self.tolerance * self.diagonal:
+                break
+        self.qd = (q - q_n) / h
+        self.q = q
+
+    def iter_frames(self):
+        yield self.x(self.q)
+        for frame in range(self.setup.frames - 1):
+            for _ in range(self.substeps):
+                self._step(frame)
+            x = self.x(self.q)
+            if not np.all(np.isfinite(x)):
+                raise SimulationFault(f"the reduced oracle produced NaN at frame {frame + 1}", frame + 1, None)
+            yield x
+
+
+class OracleRun(Run):
+    def __init__(self, setup: Setup, handles: int, **sim_kwargs):
+        super().__init__(setup)
+
+        t0 = time.perf_counter()
+        self.oracle = ReducedOracle(setup, handles, **sim_kwargs)
+        self.encode_seconds = time.perf_counter() - t0
+
+    def _iter_frames(self):
+        return self.oracle.iter_frames()
+
+
+class OracleEngine(Engine):
+    """The reduced oracle behind the common `Engine`/`Run` interface."""
+    name = "oracle"
+
+    def __init__(self, handles: int = DEFAULT_HANDLES, **sim_kwargs):
+        self.handles, self.sim_kwargs = handles, sim_kwargs
+
+    @property
+    def dofs(self) -> int:
+        return DOFS_PER_HANDLE * self.handles
+
+    def prepare(self, setup: Setup) -> Run:
+        return OracleRun(setup, self.handles, **self.sim_kwargs)
+
+
+def oracle_rollout(setup: Setup, handles: int = DEFAULT_HANDLES, **sim_kwargs):
+    """(frames [T,N,3] float32, fault frame or None, error text or None)."""
+    run = OracleEngine(handles, **sim_kwargs).prepare(setup)
+    try:
+        return run.bake(), None, None
+    except SimulationFault as fault:
+        good = fault.positions if fault.positions is not None and len(fault.positions) else np.asarray(setup.x0)[None]
+        pred = np.repeat(good[-1:], setup.frames, axis=0)
+        pred[:len(good)] = good
+        return pred.astype(np.float32), len(good), str(fault)
+    except (np.linalg.LinAlgError, ValueError, FloatingPointError, RuntimeError) as e:
+        pred = np.repeat(np.asarray(setup.x0, np.float32)[None], setup.frames, axis=0)
+        return pred, 1, f"{type(e).__name__}: {str(e)[:200]}"
+
+
+__all__ = ["DEFAULT_HANDLES", "DOFS_PER_HANDLE", "OracleEngine", "ReducedOracle", "handles_for_latent",
+           "laplacian_weights", "model_latent_size", "oracle_rollout", "skinning_basis"]
