@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .checks import check_mesh
+from .colliders import Collider, collider_from_dict
 from .errors import FormatError
 from .formats import SCENE_FORMAT, Mesh, Sequence, atomic_write_text, brief
 
@@ -188,11 +189,42 @@ def validate_scene(scene, where: str = "scene") -> dict:
         if not isinstance(floor, dict) or "z" not in floor:
             raise FormatError(f"{where}: 'floor' must be null or {{'z': height}}")
         floor["z"] = _number(f"{where}: floor.z", floor["z"])
+    colliders = out.setdefault("colliders", [])
+    if not isinstance(colliders, list):
+        raise FormatError(f"{where}: 'colliders' must be a list")
+    for i, col in enumerate(colliders):
+        validate_collider(col, f"{where}: colliders[{i}]")
     initial = out.setdefault("initial", {})
     if not isinstance(initial, dict):
         raise FormatError(f"{where}: 'initial' must be an object")
     initial["velocity"] = _vec3(f"{where}: initial.velocity", initial.get("velocity", [0.0, 0.0, 0.0]))
     return out
+
+
+def validate_collider(col, where: str) -> None:
+    """A collider: {"name", "faces": [[i,j,k],...], "vertices": [[x,y,z],...] (static) or "positions":
+    [[[x,y,z],...] per frame] (moving), "thickness", "thickness_inner", "friction", "damping"} (in place)."""
+    if not isinstance(col, dict) or "faces" not in col or not ("vertices" in col or "positions" in col):
+        raise FormatError(f"{where}: needs 'faces' and 'vertices' (static) or 'positions' (per frame)")
+    try:
+        faces = np.asarray(col["faces"], dtype=np.float64)
+        pos = np.asarray(col["positions"] if "positions" in col else [col["vertices"]], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise FormatError(f"{where}: faces/vertices must be numeric arrays") from None
+    if faces.ndim != 2 or faces.shape[1] != 3 or len(faces) == 0 or np.any(faces != np.round(faces)):
+        raise FormatError(f"{where}.faces: expected [[i, j, k], ...] integer triangles")
+    if pos.ndim != 3 or pos.shape[2] != 3 or pos.shape[1] == 0 or not np.all(np.isfinite(pos)):
+        raise FormatError(f"{where}: vertices must be finite [[x, y, z], ...] (positions: one such list per frame)")
+    if faces.min() < 0 or faces.max() >= pos.shape[1]:
+        raise FormatError(f"{where}.faces: index out of range (the collider has {pos.shape[1]} vertices)")
+    for key, default in (("thickness", 0.02), ("thickness_inner", 0.2), ("friction", 0.0), ("damping", 0.0)):
+        value = _number(f"{where}.{key}", col.get(key, default))
+        if value < 0.0:
+            raise FormatError(f"{where}.{key}: must be >= 0, got {brief(value)}")
+        col[key] = value
+    if col["damping"] > 1.0:
+        raise FormatError(f"{where}.damping: must be between 0 and 1, got {brief(col['damping'])}")
+    col.setdefault("name", f"collider {where}")
 
 
 # --------------------------------------------------------------------------- selectors and profiles
@@ -279,6 +311,7 @@ class Setup:
     floor_z: float | None = None
     vertex_mass: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
+    colliders: list[Collider] = field(default_factory=list)  # collision meshes (engine.core.colliders)
 
     @property
     def num_vertices(self) -> int:
@@ -358,7 +391,8 @@ def setup_from_scene(mesh: Mesh, scene: dict, vertex_groups: dict | None = None,
                  dt=scene["dt"], frames=frames, gravity=np.asarray(scene["gravity"]),
                  material=scene["material"], pin_weight=pin_weight, pin_targets=pin_targets,
                  force_terms=force_terms, floor_z=None if floor is None else floor["z"],
-                 meta={"scene": scene.get("meta", {}), "warnings": warnings})
+                 meta={"scene": scene.get("meta", {}), "warnings": warnings},
+                 colliders=[collider_from_dict(c) for c in scene["colliders"]])
 
 
 def setup_from_sequence(seq: Sequence) -> Setup:
