@@ -32,6 +32,7 @@ latent_mlp  (non-Lagrangian latent stepper with the NeuROK decoder)
 from __future__ import annotations
 
 import json
+import os
 import math
 import time
 from pathlib import Path
@@ -40,16 +41,36 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..learned.checkpoint import load_checkpoint
-from ..learned.dynamics import DTYPE, encode, pin_omega2
 from ..core.formats import FormatError, NeurokError, atomic_write_bytes, read_sequence
-from ..learned.model import MATERIAL_FEATURES, TRANSLATION_MODES, mlp
+from ..learned.checkpoint import read_payload
+
+# The latent-MLP baseline steps in the learned model's own latent space, so it reads that model's
+# internals (the one part of the evaluation that does). When the learned model changes shape and
+# they are gone, the baseline is reported as not available instead of stopping the evaluation.
+try:
+    from ..learned.checkpoint import load_checkpoint
+    from ..learned.dynamics import DTYPE, encode, pin_omega2
+    from ..learned.model import MATERIAL_FEATURES, TRANSLATION_MODES, mlp
+    LATENT_MLP_MISSING = None
+except ImportError as exc:
+    LATENT_MLP_MISSING = f"not available with this learned model ({exc})"
+    DTYPE, MATERIAL_FEATURES, TRANSLATION_MODES = torch.float64, 3, 3
+
+    def mlp(sizes):
+        layers = []
+        for i in range(len(sizes) - 1):
+            layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+            if i < len(sizes) - 2:
+                layers.append(nn.SiLU())
+        return nn.Sequential(*layers)
 from ..core.scene import Setup, setup_from_sequence
+from ..training.generate import load_index
 
 MLP_FORMAT = "neurok.latent_mlp/1"
 BLOWUP = 10.0              # |q_elastic| (normalised lengths) beyond which a rollout is a blow-up
 PCA_FIT_SHARE = 0.25
 PCA_MAX_MODES = 8
+DEFAULT_MLP_MINUTES = 3.0
 
 
 # =========================================================================== hold still
@@ -347,3 +368,42 @@ def load_latent_mlp(path) -> LatentMLP:
     return net
 
 
+
+
+def model_training_data(model_path, fallback=None):
+    """(folder of the model's own training data when it is on this machine, else `fallback` if it
+    has a train split, else None; the checkpoint's meta dict)."""
+    meta = json.loads(read_payload(model_path).get("meta", "{}"))
+    root = Path(__file__).resolve().parent.parent.parent
+    for d in (meta.get("data"), str(root / meta["data"]) if meta.get("data") else None, fallback):
+        if not d or not Path(d).is_dir():
+            continue
+        try:
+            if any(e.get("split", "train") == "train" for e in load_index(d)):
+                return str(d), meta
+        except NeurokError:
+            continue
+    return None, meta
+
+
+def resolve_latent_mlp(model_path, data_dir, json_path, latent_mlp=None, mlp_minutes=None, mlp_steps=None, quiet=False):
+    """The latent-MLP baseline: a given file, `<model>.latent_mlp.pt`, or trained now (on the
+    model's own training data when it is on this machine, else on `data_dir`'s train split) and
+    saved next to the JSON. Returns (module or None, info dict)."""
+
+    candidates = [latent_mlp] if latent_mlp else [str(model_path) + ".latent_mlp.pt"]
+    if LATENT_MLP_MISSING:
+        return None, {"skipped": LATENT_MLP_MISSING}
+    for c in candidates:
+        if c and Path(c).is_file():
+            net = load_latent_mlp(c)
+            return net, {"source": str(c), **getattr(net, "meta", {})}
+    if latent_mlp:
+        raise NeurokError(f"{latent_mlp}: no such latent-MLP baseline file")
+    d, _ = model_training_data(model_path, str(data_dir))
+    if d is None:
+        return None, {"skipped": "no training data found for the latent-MLP baseline"}
+    out = Path(json_path).with_suffix(".latent_mlp.pt")
+    minutes = mlp_minutes if mlp_minutes is not None else float(os.environ.get("NEUROK_MLP_MINUTES", DEFAULT_MLP_MINUTES))
+    net = train_latent_mlp(model_path, d, minutes=None if mlp_steps else minutes, steps=mlp_steps, out=out, quiet=quiet)
+    return net, {"source": str(out), "trained_now": True, **net.meta}
