@@ -1,0 +1,100 @@
+"""Physical quantities, model against reference (and the oracle): a beam pinned at one end
+sagging and ringing under gravity.
+
+From the vertical displacement s(t) of its free tip (the vertices within 2% of the length of
+the free end, mean z minus rest):
+- static sag: the mean of s over the second half of the rollout (the beam rings about its
+  equilibrium, and damping settles it there); the same estimator on every engine;
+- first frequency: the peak of the FFT of s minus its equilibrium (the transient decays, so no
+  window; zero-padded 16x, parabolic interpolation of the peak);
+- damping ratio: a least-squares fit of A exp(-zeta w t) cos(w_d t + phi) + c to s, started
+  from the FFT peak (w = w_d / sqrt(1 - zeta^2)).
+Relative errors are |model - reference| / |reference|.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def tip_signal(frames, rest, share=0.02) -> np.ndarray:
+    rest = np.asarray(rest, np.float64)
+    x = rest[:, 0]
+    tip = x >= x.max() - share * np.ptp(x)
+    frames = np.asarray(frames, np.float64)
+    return frames[:, tip, 2].mean(axis=1) - rest[tip, 2].mean()
+
+
+def fft_frequency(signal, dt, pad=16) -> float | None:
+    s = np.asarray(signal, np.float64)
+    if len(s) < 8 or not np.all(np.isfinite(s)):
+        return None
+    s = s - s[len(s) // 2:].mean()           # about the equilibrium: a decaying transient, no window needed
+    n = pad * len(s)
+    spec = np.abs(np.fft.rfft(s, n))
+    freqs = np.fft.rfftfreq(n, dt)
+    lo = max(1, int(np.searchsorted(freqs, 2.0 / (len(signal) * dt))))    # two periods in the window at least
+    if lo >= len(spec) - 1:
+        return None
+    k = lo + int(np.argmax(spec[lo:]))
+    if spec[k] <= 1e-12 * max(spec.max(), 1e-30):
+        return None
+    if 0 < k < len(spec) - 1:
+        a, b, c = np.log(spec[k - 1:k + 2] + 1e-300)
+        shift = 0.5 * (a - c) / (a - 2 * b + c) if (a - 2 * b + c) != 0 else 0.0
+        return float(freqs[k] + shift * (freqs[1] - freqs[0]))
+    return float(freqs[k])
+
+
+def damped_fit(signal, dt, f0) -> dict:
+    """{"frequency", "damping_ratio", "fit_rms"} of a damped cosine fitted to the signal."""
+    from scipy.optimize import curve_fit
+    s = np.asarray(signal, np.float64)
+    t = np.arange(len(s)) * dt
+    if f0 is None or not np.all(np.isfinite(s)):
+        return {"frequency": None, "damping_ratio": None, "fit_rms": None}
+
+    def model(t, A, sigma, wd, phi, c):
+        return A * np.exp(-sigma * t) * np.cos(wd * t + phi) + c
+
+    c0 = s[len(s) // 2:].mean()
+    best = None
+    for phi in (0.0, math.pi / 2, math.pi, -math.pi / 2):
+        try:
+            p, _ = curve_fit(model, t, s, p0=[s[0] - c0 or 1e-3, 0.5, 2 * math.pi * f0, phi, c0], maxfev=4000)
+        except (RuntimeError, ValueError):
+            continue
+        rms = float(np.sqrt(np.mean((model(t, *p) - s) ** 2)))
+        if best is None or rms < best[1]:
+            best = (p, rms)
+    if best is None:
+        return {"frequency": None, "damping_ratio": None, "fit_rms": None}
+    (A, sigma, wd, phi, c), rms = best
+    wd = abs(wd)
+    zeta = sigma / math.sqrt(sigma ** 2 + wd ** 2) if wd > 0 else None
+    return {"frequency": wd / (2 * math.pi), "damping_ratio": zeta, "fit_rms": rms}
+
+
+def beam_quantities(frames, rest, dt) -> dict:
+    s = tip_signal(frames, rest)
+    if not np.all(np.isfinite(s)):
+        return {"sag": None, "frequency_fft": None, "frequency": None, "damping_ratio": None, "signal": s}
+    sag = float(-s[len(s) // 2:].mean())
+    f = fft_frequency(s, dt)
+    fit = damped_fit(s, dt, f)
+    return {"sag": sag, "frequency_fft": f, "frequency": fit["frequency"], "damping_ratio": fit["damping_ratio"],
+            "fit_rms": fit["fit_rms"], "signal": s}
+
+
+def relative_error(value, reference):
+    if value is None or reference is None or not math.isfinite(value) or abs(reference) < 1e-12:
+        return None
+    return abs(value - reference) / abs(reference)
+
+
+def compare(quantities: dict, reference="reference") -> dict:
+    """{engine: {quantity: relative error vs the reference}} for every engine but the reference."""
+    ref = quantities[reference]
+    return {name: {k: relative_error(q.get(k), ref.get(k)) for k in ("sag", "frequency_fft", "frequency", "damping_ratio")}
+            for name, q in quantities.items() if name != reference}

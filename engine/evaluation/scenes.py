@@ -1,0 +1,132 @@
+"""The evaluation scenes: meshes that are no procedural family (Blender primitives and the
+bundled samples, `heldout.py`), each with a setup that makes it move the way users make meshes
+move: dropped on a floor, poked, shaken by a pinned base, pushed while pinned, cloth in wind.
+Also the pinned beam of the physical-quantity check (`physical.py`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.formats import Mesh
+from .heldout import blender_primitives, bundled_samples, bundled_scenes
+
+DT = 1.0 / 24.0
+
+
+def _scene(frames, preset, pins=(), forces=(), floor=None, velocity=(0.0, 0.0, 0.0), **material):
+    return {"format": "neurok.scene/1", "frames": int(frames), "dt": DT, "gravity": [0.0, 0.0, -9.81],
+            "material": dict({"preset": preset}, **material), "pins": list(pins), "forces": list(forces),
+            "floor": floor, "initial": {"velocity": list(velocity)}}
+
+
+def _box(lo, hi):
+    return {"box": {"min": list(lo), "max": list(hi)}}
+
+
+def _floor_below(mesh, gap=0.02):
+    return {"z": float(np.asarray(mesh.vertices)[:, 2].min()) - gap}
+
+
+def _whole(accel, profile):
+    return {"select": _box((0, 0, 0), (1, 1, 1)), "accel": list(accel), "profile": profile}
+
+
+def primitive_setups(mesh: Mesh, frames: int):
+    """(title, scene) for one Blender primitive."""
+    name = mesh.name
+    if name in ("monkey", "uv_sphere"):
+        return "dropped on the floor (jelly)", _scene(frames, "jelly", floor=_floor_below(mesh, 0.05), velocity=(0.3, 0.0, -1.0))
+    if name == "cone":
+        return "base pinned, shaken sideways at 2 Hz (rubber)", _scene(
+            frames, "rubber", pins=[{"select": _box((0, 0, 0), (1, 1, 0.12)), "strength": 1.0}],
+            forces=[_whole((20.0, 0.0, 0.0), {"type": "sine", "start": 0, "frequency": 2.0})])
+    if name in ("torus", "ico_sphere"):
+        return "poked from above on the floor (jelly)", _scene(
+            frames, "jelly", floor=_floor_below(mesh, 0.0),
+            forces=[{"select": {"sphere": {"center": [0.5, 0.5, 1.0], "radius": 0.35}}, "accel": [0.0, 0.0, -150.0],
+                     "profile": {"type": "impulse", "start": 4, "end": 6}}])
+    if name == "cylinder":
+        return "one end pinned, pushed sideways (rubber)", _scene(
+            frames, "rubber", pins=[{"select": _box((0, 0, 0), (0.15, 1, 1)), "strength": 1.0}],
+            forces=[_whole((0.0, 10.0, 0.0), {"type": "constant"})])
+    if name == "grid":
+        return "cloth pinned along one edge in sine wind", _scene(
+            frames, "cloth", pins=[{"select": _box((0, 0, 0), (0.02, 1, 1)), "strength": 1.0}],
+            forces=[_whole((0.0, 6.0, 0.0), {"type": "sine", "start": 0, "frequency": 0.8})])
+    raise KeyError(name)
+
+
+def hang_vertically(mesh: Mesh) -> Mesh:
+    """A flat grid in the xy plane turned into the xz plane (a hanging flag)."""
+    v = np.asarray(mesh.vertices, np.float64)
+    return Mesh(np.stack([v[:, 0], v[:, 2], v[:, 1]], axis=1), np.asarray(mesh.faces), name=mesh.name)
+
+
+def evaluation_scenes(names, frames, cache_dir):
+    """[(case name, title, Mesh, scene dict, source)] for the chosen case names, and notes on
+    what could not be made. Names: the bundled scenes (toy_drop, jelly_poke, flag_wind) and the
+    Blender primitives (monkey, cone, torus, cylinder, uv_sphere, ico_sphere, grid)."""
+    samples, scenes = bundled_samples(), bundled_scenes()
+    sample_of = {"toy_drop": "soft_toy", "jelly_poke": "jelly", "flag_wind": "flag"}
+    wanted_prims = [n for n in names if n not in sample_of]
+    prims, note = blender_primitives(cache_dir, wanted_prims) if wanted_prims else ({}, None)
+    cases, notes = [], [note] if note else []
+    for n in names:
+        if n in sample_of:
+            if n not in scenes or sample_of[n] not in samples:
+                notes.append(f"{n}: bundled scene or sample missing")
+                continue
+            scene = dict(scenes[n], frames=int(frames))
+            cases.append((n, f"bundled sample '{sample_of[n]}', scene {n}.json", samples[sample_of[n]], scene, "bundled"))
+        elif n in prims:
+            mesh = hang_vertically(prims[n]) if n == "grid" else prims[n]
+            title, scene = primitive_setups(mesh, frames)
+            cases.append((n, f"Blender primitive '{n}': {title}", mesh, scene, "blender primitive"))
+        elif not note:
+            notes.append(f"{n}: unknown evaluation scene")
+    return cases, notes
+
+
+# --------------------------------------------------------------------------- the pinned beam
+
+def beam_mesh(length=0.5, width=0.08, cells=(24, 4, 4)) -> Mesh:
+    """A closed box surface [0,length] x [-w/2,w/2]^2, a structured triangle grid on each side,
+    normals outward."""
+    nx, ny, nz = cells
+    size = np.array([length, width, width])
+    lo = np.array([0.0, -width / 2, -width / 2])
+    verts, faces, index = [], [], {}
+
+    def vid(p):
+        key = tuple(np.round(p, 9))
+        if key not in index:
+            index[key] = len(verts)
+            verts.append(p)
+        return index[key]
+
+    n = np.array([nx, ny, nz])
+    for axis in range(3):
+        a, b = [k for k in range(3) if k != axis]
+        for side in (0, 1):
+            for i in range(n[a]):
+                for j in range(n[b]):
+                    quad = []
+                    for di, dj in ((0, 0), (1, 0), (1, 1), (0, 1)):
+                        p = lo.copy()
+                        p[axis] += side * size[axis]
+                        p[a] += (i + di) / n[a] * size[a]
+                        p[b] += (j + dj) / n[b] * size[b]
+                        quad.append(vid(p))
+                    # orientation: outward normal along +axis on side 1, -axis on side 0
+                    outward = (side == 1) == ((a, b) in ((0, 1), (1, 2), (2, 0)))
+                    q = quad if outward else quad[::-1]
+                    faces += [[q[0], q[1], q[2]], [q[0], q[2], q[3]]]
+    return Mesh(np.array(verts), np.array(faces, np.int32), name="beam")
+
+
+BEAM_STIFFNESS = 1.0e6          # Pa: a 0.5 m rubber-like beam ringing at about 2.5 Hz
+
+
+def beam_scene(frames) -> dict:
+    return _scene(frames, "rubber", pins=[{"select": _box((0, 0, 0), (0.02, 1, 1)), "strength": 1.0}],
+                  stiffness=BEAM_STIFFNESS, damping=0.0, air_damping=0.0)   # only the integrator damps
