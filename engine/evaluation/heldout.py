@@ -28,7 +28,7 @@ PRIMITIVES = {
     "cylinder": ("bpy.ops.mesh.primitive_cylinder_add(vertices=32, depth=2.0)", 3),
     "uv_sphere": ("bpy.ops.mesh.primitive_uv_sphere_add(segments=32, ring_count=16)", 0),
     "ico_sphere": ("bpy.ops.mesh.primitive_ico_sphere_add(subdivisions=4)", 0),
-    "grid": ("bpy.ops.mesh.primitive_grid_add(x_subdivisions=24, y_subdivisions=24, size=2.0)", 0),
+    "grid": ("bpy.ops.mesh.primitive_grid_add(x_subdivisions=16, y_subdivisions=16, size=2.0)", 0),
 }
 
 _SCRIPT = r'''

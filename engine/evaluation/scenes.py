@@ -43,7 +43,8 @@ def primitive_setups(mesh: Mesh, frames: int):
     if name in ("torus", "ico_sphere"):
         return "poked from above on the floor (jelly)", _scene(
             frames, "jelly", floor=_floor_below(mesh, 0.0),
-            forces=[{"select": {"sphere": {"center": [0.5, 0.5, 1.0], "radius": 0.35}}, "accel": [0.0, 0.0, -150.0],
+            forces=[{"select": {"sphere": {"center": [0.85 if name == "torus" else 0.5, 0.5, 1.0], "radius": 0.35}},
+                     "accel": [0.0, 0.0, -150.0],
                      "profile": {"type": "impulse", "start": 4, "end": 6}}])
     if name == "cylinder":
         return "one end pinned, pushed sideways (rubber)", _scene(

@@ -1,0 +1,119 @@
+"""Reference | model | oracle on the evaluation scenes (`scenes.py`) and the pinned beam
+(`physical.py`): distances at the three horizons, plausibility of all three, the noise floor,
+and the pictures (contact sheet + GIF per scene, `render.py`).
+
+Ground truth is the reference simulator at the data generator's settings (the resolution the
+model was trained on); the oracle runs on the same discretisation, so its error is the
+subspace's alone.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..api import SimulationFault, open_engine
+from ..core.progress import ProgressBar
+from ..core.scene import setup_from_scene
+from ..reference.simulator import ReferenceSimulator
+from ..training.generate import GENERATOR_LATTICE, GENERATOR_SUBSTEP
+from .distances import bbox_diagonal, rel_l2_curve
+from .metrics import predict, sequence_metrics, truth_measures
+from .noise import noise_floor_for
+from .oracle import OracleEngine, handles_for_latent, model_latent_size
+from .physical import beam_quantities, compare
+from .render import animation, contact_sheet
+from .scenes import beam_mesh, beam_scene, evaluation_scenes
+
+REFERENCE_SETTINGS = {"lattice_cells": GENERATOR_LATTICE, "substep": GENERATOR_SUBSTEP}
+
+
+def reference_rollout(setup):
+    sim = ReferenceSimulator(setup, **REFERENCE_SETTINGS)
+    return np.stack(list(sim.iter_frames())).astype(np.float32)
+
+
+def _summary(m):
+    keep = ("rel_l2_mean", "horizons", "unstable", "unstable_frame", "plausibility", "plausibility_24",
+            "centroid_path_error", "amplitude_ratio", "chamfer_l1")
+    return {k: m.get(k) for k in keep}
+
+
+def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
+    """Every evaluation scene: {"scenes": [row], "notes": [...], "oracle": {...}}; frames are kept
+    in `out/scenes/<name>.npz`, pictures in `fig_dir/eval_<name>_sheet.png` and `.gif`."""
+    out, fig_dir = Path(out), Path(fig_dir)
+    (out / "scenes").mkdir(parents=True, exist_ok=True)
+    engine = open_engine("neurok", model=model_path, device="cpu")
+    latent = model_latent_size(engine)
+    handles = cfg.get("oracle_handles") or handles_for_latent(latent)
+    oracle = OracleEngine(handles, **REFERENCE_SETTINGS)
+    cases, notes = evaluation_scenes(cfg["scenes"], cfg["scene_frames"], out / "meshes")
+    bar = None if quiet else ProgressBar(len(cases), "scenes")
+    rows = []
+    for k, (name, title, mesh, scene, source) in enumerate(cases):
+        setup = setup_from_scene(mesh, scene)
+        t0 = time.perf_counter()
+        row = {"name": name, "title": title, "source": source, "vertices": int(len(mesh.vertices)),
+               "frames": int(setup.frames), "kind": setup.material["kind"]}
+        try:
+            true = reference_rollout(setup)
+        except (SimulationFault, ValueError, RuntimeError) as e:
+            row["error"] = f"reference failed: {type(e).__name__}: {str(e)[:160]}"
+            rows.append(row)
+            continue
+        row["reference_seconds"] = round(time.perf_counter() - t0, 1)
+        truth = truth_measures(true, setup)
+        pred, fault, err, ms = predict(engine, setup)
+        po, fo, eo, ms_o = predict(oracle, setup)
+        diag = bbox_diagonal(setup.rest)
+        still = rel_l2_curve(np.repeat(true[:1], len(true), 0), true, diag)
+        mm = sequence_metrics(pred, true, setup, fault, truth=truth, keep_series=True)
+        mo = sequence_metrics(po, true, setup, fo, truth=truth, keep_series=True)
+        row.update(neurok=_summary(mm), oracle=_summary(mo), reference={"plausibility": truth["summary"]},
+                   hold_still={"rel_l2_mean": float(still[1:].mean()), "horizons": {
+                       "24": float(still[1:25].mean()) if len(still) > 24 else None,
+                       "100": float(still[1:101].mean()) if len(still) > 100 else None, "all": float(still[1:].mean())}},
+                   ms_per_frame=ms, oracle_ms_per_frame=ms_o, model_error=err, oracle_error=eo,
+                   series={"neurok": mm["series"], "oracle": mo["series"], "reference": mm["truth_series"],
+                           "rel_l2": {"neurok": mm["curve"], "oracle": mo["curve"], "hold_still": still}})
+        if k < cfg.get("noise_scenes", 0):
+            row["noise_floor"] = noise_floor_for(setup, frames=min(cfg.get("noise_frames", 48), setup.frames))
+        else:
+            row["noise_floor"] = {"available": False, "note": "not measured for this scene in this preset"}
+        np.savez_compressed(out / "scenes" / f"{name}.npz", reference=true, neurok=pred, oracle=po, faces=setup.faces)
+        columns = {"reference": true, "neurok": pred, "oracle": po}
+        floor = setup.floor_z
+        row["sheet"] = str(contact_sheet(columns, setup.faces, fig_dir / f"eval_{name}_sheet.png", floor_z=floor,
+                                         title=f"{name}: reference | NeuROK model | oracle ({12 * handles} DOFs)"))
+        row["gif"] = str(animation(columns, setup.faces, fig_dir / f"eval_{name}.gif", dt=setup.dt, floor_z=floor,
+                                   max_frames=cfg.get("gif_frames", 48)))
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        rows.append(row)
+        if bar:
+            bar.update(1, postfix=f"{name}: model {mm['rel_l2_mean']:.3f} oracle {mo['rel_l2_mean']:.3f} "
+                                  f"hold {still[1:].mean():.3f}")
+    if bar:
+        bar.close()
+    return {"scenes": rows, "notes": notes, "oracle": {"handles": handles, "dofs": 12 * handles, "model_latent": latent},
+            "reference_settings": REFERENCE_SETTINGS}
+
+
+def run_beam(cfg, model_path) -> dict:
+    """Sag, first frequency and damping ratio of the pinned beam: reference, model, oracle."""
+    setup = setup_from_scene(beam_mesh(), beam_scene(cfg["beam_frames"]))
+    engine = open_engine("neurok", model=model_path, device="cpu")
+    handles = cfg.get("oracle_handles") or handles_for_latent(model_latent_size(engine))
+    runs = {"reference": (reference_rollout(setup), None, None)}
+    pred, fault, err, _ = predict(engine, setup)
+    runs["neurok"] = (pred, fault, err)
+    po, fo, eo, _ = predict(OracleEngine(handles, **REFERENCE_SETTINGS), setup)
+    runs["oracle"] = (po, fo, eo)
+    quantities = {n: beam_quantities(x, setup.rest, setup.dt) for n, (x, _, _) in runs.items()}
+    signals = {n: q.pop("signal") for n, q in quantities.items()}
+    for n, (_, f, e) in runs.items():
+        quantities[n].update(fault=f, error=e)
+    return {"frames": setup.frames, "vertices": int(setup.num_vertices), "material": setup.material,
+            "length": 0.5, "width": 0.08, "quantities": quantities, "relative_errors": compare(quantities),
+            "tip_signal": signals, "dt": setup.dt}
