@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Stage and zip the NeuROK Blender extension.
 
-    python build.py                              # dist/neurok-0.1.0.zip (no wheels: torch from the user's Python)
-    python build.py --bundle-torch linux-x64     # dist/neurok-0.1.0-linux_x64.zip with torch + scipy wheels
+    python build.py                              # for users: self-contained zip for THIS platform (torch + scipy)
+    python build.py --bundle-torch linux-x64     # the same for another platform: dist/neurok-0.1.0-linux_x64.zip
+    python build.py --no-wheels                  # small developer/CI zip, dist/neurok-0.1.0.zip: the engine cannot
+                                                 # run unless Blender's Python already has torch and scipy
     python build.py --out-dir /tmp/x --stage-dir /tmp/stage
 
 Staging layout (the zip root):
@@ -225,17 +227,43 @@ def build(out_dir: Path, stage_dir: Path, bundle: str | None = None, python_vers
     return target
 
 
+def host_platform() -> str | None:
+    """This machine as a Blender platform name (None when there is no torch wheel for it)."""
+    import platform as _p
+    machine = _p.machine().lower()
+    system = sys.platform
+    arm = machine in ("arm64", "aarch64")
+    if system.startswith("linux"):
+        return "linux-arm64" if arm else "linux-x64"
+    if system == "win32":
+        return "windows-arm64" if arm else "windows-x64"
+    if system == "darwin":
+        return "macos-arm64" if arm else None
+    return None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="Build the NeuROK Blender extension zip.")
     p.add_argument("--out-dir", default=str(ROOT / "dist"), help="where the zip goes (default dist/)")
     p.add_argument("--stage-dir", default=str(ROOT / "build" / "stage"), help="staging folder (default build/stage/)")
     p.add_argument("--bundle-torch", metavar="PLATFORM", choices=sorted(PLATFORMS),
-                   help="bundle the torch (and scipy) wheels for one platform: " + ", ".join(PLATFORMS))
+                   help="bundle the torch (and scipy) wheels for one platform: " + ", ".join(PLATFORMS)
+                        + " (default: this machine's platform)")
+    p.add_argument("--no-wheels", action="store_true",
+                   help="small zip without torch/scipy (development and CI; the add-on then says the engine cannot run "
+                        "unless Blender's Python already has them)")
     p.add_argument("--python", action="append", dest="pythons", metavar="X.Y",
                    help="Python version(s) of the wheels (default 3.11, Blender 4.2-5.0); repeat for more")
     args = p.parse_args(argv)
+    bundle = None
+    if not args.no_wheels:
+        bundle = args.bundle_torch or host_platform()
+        if bundle is None:
+            print("build.py: error: no torch wheel exists for this platform; pass --bundle-torch PLATFORM or "
+                  "--no-wheels", file=sys.stderr)
+            return 1
     try:
-        build(Path(args.out_dir), Path(args.stage_dir), args.bundle_torch, tuple(args.pythons or ["3.11"]))
+        build(Path(args.out_dir), Path(args.stage_dir), bundle, tuple(args.pythons or ["3.11"]))
     except BuildError as e:
         print(f"build.py: error: {e}", file=sys.stderr)
         return 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bpy
 
-from . import handlers, jobs, preferences, properties, ui
+from . import bridge, handlers, jobs, preferences, properties, ui
 from .operators import classes as operator_classes
 
 classes = (*preferences.classes, *operator_classes, *ui.classes)
@@ -17,6 +17,7 @@ def register():
     properties.register()
     for cls in classes:
         bpy.utils.register_class(cls)
+    ui.register_appends()
     handlers.register()
 
 
@@ -24,6 +25,8 @@ def unregister():
     jobs.cancel_all(wait=2.0)
     jobs.forget_engines()
     handlers.unregister()
+    ui.unregister_appends()
+    bridge.empty_trash()
     for cls in reversed(classes):
         bpy.utils.unregister_class(cls)
     properties.unregister()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
 import zlib
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ import bpy
 import numpy as np
 
 from . import fields
-from .engine_link import NeurokError, formats, learned_engine_status
+from .engine_link import ENGINE_PROBLEM, NeurokError, formats, learned_engine_status
 from .engine_link import scene as escene
 
 CACHE_MODIFIER = "NeuROK Cache"
@@ -141,11 +142,15 @@ def scene_gravity(scene) -> list[float]:
 
 
 def material_dict(settings) -> dict:
-    preset = settings.preset
-    kind = escene.MATERIAL_PRESETS.get(preset, {}).get("kind", "solid")
-    return {"preset": preset, "kind": kind, "stiffness": settings.stiffness, "density": settings.density,
-            "poisson": settings.poisson, "damping": settings.damping, "air_damping": settings.air_damping,
-            "bending": settings.bending}
+    """The scene's material: the preset's name when the sliders still match it, explicit values always."""
+    cloth = settings.kind == 'CLOTH'
+    out = {"kind": "cloth" if cloth else "solid", "stiffness": settings.stiffness,
+           "density": settings.areal_density if cloth else settings.density,
+           "poisson": settings.poisson, "damping": settings.damping, "air_damping": settings.air_damping,
+           "bending": settings.bending}
+    if settings.preset in escene.MATERIAL_PRESETS:
+        out = {"preset": settings.preset, **out}
+    return out
 
 
 # --------------------------------------------------------------------------- animation sampling
@@ -211,34 +216,213 @@ def ensure_fcurve(id_data, owner, data_path: str):
     return fc
 
 
-def sample_objects(context, names, start: int, frames: int) -> dict[str, dict]:
-    """World matrix [T,4,4] and field strength [T] of the named objects for each simulated frame.
+# --------------------------------------------------------------------------- the modifier stack
 
-    Animated objects (action, drivers, parent or constraints) are sampled with scene.frame_set over
-    the range; the current frame is restored afterwards.
-    """
+def own_place(obj) -> int | None:
+    """Index of "NeuROK Cache" in the stack (NeuROK's place, like a Cloth modifier's), or None."""
+    for i, mod in enumerate(obj.modifiers):
+        if mod.name == CACHE_MODIFIER and mod.type == 'MESH_CACHE':
+            return i
+    return None
+
+
+def modifiers_before(obj) -> list:
+    """The user's modifiers NeuROK simulates on top of: all of them before NeuROK's place (all, without one)."""
+    place = own_place(obj)
+    mods = list(obj.modifiers) if place is None else list(obj.modifiers)[:place]
+    return [m for m in mods if m.name not in (CACHE_MODIFIER, PREVIEW_MODIFIER)]
+
+
+def stack_key(obj) -> tuple:
+    """The modifier stack as a preview input."""
+    return tuple((m.name, m.type, m.show_viewport) for m in obj.modifiers if m.name != PREVIEW_MODIFIER)
+
+
+class _InputStack:
+    """Context manager: evaluate only what comes before NeuROK in the stack (NeuROK's own modifiers, what
+    follows them, and NeuROK's own shape keys switched off), then put everything back."""
+
+    def __init__(self, obj):
+        self.obj = obj
+        self.saved = []
+        self.key_saved = []
+
+    def __enter__(self):
+        obj = self.obj
+        place = own_place(obj)
+        for i, mod in enumerate(obj.modifiers):
+            after = place is not None and i >= place
+            if (after or mod.name in (CACHE_MODIFIER, PREVIEW_MODIFIER)) and mod.show_viewport:
+                self.saved.append((mod.name, mod.show_viewport))
+                mod.show_viewport = False
+        key = obj.data.shape_keys
+        if key is not None:
+            ours = own_frame_keys(obj)
+            if ours and not key.use_relative:
+                self.key_saved.append(("use_relative", False))
+                key.use_relative = True
+            for kb in ours:
+                if not kb.mute:
+                    self.key_saved.append((kb.name, False))
+                    kb.mute = True
+        return self
+
+    def __exit__(self, *exc):
+        obj = self.obj
+        for name, value in self.saved:
+            mod = obj.modifiers.get(name)
+            if mod is not None:
+                mod.show_viewport = value
+        key = obj.data.shape_keys
+        for name, value in reversed(self.key_saved):
+            if key is None:
+                break
+            if name == "use_relative":
+                key.use_relative = value
+            elif name in key.key_blocks:
+                key.key_blocks[name].mute = value
+        return False
+
+
+def needs_evaluation(obj) -> bool:
+    """Whether the simulated input differs from obj.data: enabled modifiers before NeuROK, or shape keys."""
+    key = obj.data.shape_keys
+    user_keys = key is not None and any(not FRAME_KEY_RE.match(kb.name) for kb in key.key_blocks[1:])
+    return user_keys or any(m.show_viewport for m in modifiers_before(obj))
+
+
+def evaluated_input(context, obj, groups=()) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(object-space positions [N,3], triangles [F,3], {group: weights [N]}) of what comes before NeuROK in the
+    stack at the current frame (call inside `_InputStack`)."""
+    dg = context.evaluated_depsgraph_get()
+    ev = obj.evaluated_get(dg)
+    me = ev.to_mesh()
+    try:
+        co = np.empty(len(me.vertices) * 3, dtype=np.float32)
+        me.vertices.foreach_get("co", co)
+        me.calc_loop_triangles()
+        tris = np.empty(len(me.loop_triangles) * 3, dtype=np.int32)
+        me.loop_triangles.foreach_get("vertices", tris)
+        weights = {}
+        names = [g for g in dict.fromkeys(groups) if g]
+        if names:
+            index = {}
+            for name in names:
+                vg = obj.vertex_groups.get(name)
+                if vg is None:
+                    raise UserError(f"'{obj.name}' has no vertex group named '{name}'.")
+                index[vg.index] = name
+            weights = {name: np.zeros(len(me.vertices)) for name in names}
+            for v in me.vertices:
+                for g in v.groups:
+                    name = index.get(g.group)
+                    if name is not None:
+                        weights[name][v.index] = g.weight
+    finally:
+        ev.to_mesh_clear()
+    return co.reshape(-1, 3).astype(np.float64), tris.reshape(-1, 3).astype(np.int64), weights
+
+
+def _moving(ob) -> bool:
+    """The object's world transform may change over time (animated transform, parent or constraints)."""
+    ad = ob.animation_data
+    paths = set()
+    if ad is not None:
+        paths = {fc.data_path for fc in (_channelbag_fcurves(ob) or [])} | {fc.data_path for fc in ad.drivers}
+        if len(ad.nla_tracks):
+            return True
+    transform = ("location", "rotation_euler", "rotation_quaternion", "rotation_axis_angle", "scale",
+                 "delta_location", "delta_rotation_euler", "delta_rotation_quaternion", "delta_scale")
+    return bool(paths & set(transform)) or ob.parent is not None or len(ob.constraints) > 0
+
+
+def deforms_over_time(obj) -> bool:
+    """What comes before NeuROK may change from frame to frame (so it is sampled every frame)."""
+    key = obj.data.shape_keys
+    if key is not None and key.animation_data is not None and (key.animation_data.action or len(key.animation_data.drivers)):
+        return True
+    ad = obj.animation_data
+    if ad is not None and any(fc.data_path.startswith("modifiers[") for fc in (_channelbag_fcurves(obj) or [])):
+        return True
+    for mod in modifiers_before(obj):
+        if not mod.show_viewport:
+            continue
+        other = getattr(mod, "object", None)
+        if other is not None and (_maybe_animated(other) or other.type == 'ARMATURE'):
+            return True
+        if mod.type in ('WAVE', 'OCEAN', 'DYNAMIC_PAINT', 'CLOTH', 'SOFT_BODY', 'MESH_CACHE', 'MESH_SEQUENCE_CACHE'):
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------- collision objects and fields
+
+def collider_objects(context, obj) -> list:
+    """Mesh objects with Blender's Collision physics enabled (visible in the view layer), other than `obj`."""
+    if not getattr(obj.neurok, "use_colliders", True):
+        return []
+    coll = getattr(obj.neurok, "collision_collection", None)
+    pool = coll.all_objects if coll is not None else context.scene.objects
+    layer = context.view_layer.objects
+    out = []
+    for ob in pool:
+        if ob == obj or ob.type != 'MESH' or ob.hide_viewport or ob.name not in layer:
+            continue
+        col = getattr(ob, "collision", None)
+        if col is not None and col.use:
+            out.append(ob)
+    return out
+
+
+def field_objects(context, obj) -> list:
+    """Objects carrying a force field that acts on `obj`: the Effector Collection's when one is set (like
+    Cloth ▸ Field Weights ▸ Effector Collection), else the scene's; visible in the view layer."""
+    coll = getattr(obj.neurok, "field_collection", None)
+    pool = coll.all_objects if coll is not None else context.scene.objects
+    layer_objects = context.view_layer.objects
+    out = []
+    for ob in pool:
+        if ob == obj or ob.field is None or ob.field.type == 'NONE' or ob.hide_viewport:
+            continue
+        if ob.name not in layer_objects:
+            continue
+        out.append(ob)
+    return out
+
+
+def sample_frames(context, start: int, frames: int, objects=(), callback=None, always: bool = False) -> dict[str, dict]:
+    """World matrix [T,4,4] and field strength [T] of the named objects for every simulated frame, and
+    `callback(t)` called with the scene at each frame. Frames are visited with scene.frame_set only when
+    something moves (or `always`); the current frame is restored afterwards."""
     scene = context.scene
-    objs = [bpy.data.objects[n] for n in names if n in bpy.data.objects]
-    out = {ob.name: {"matrix": np.empty((frames, 4, 4)), "strength": np.zeros(frames)} for ob in objs}
-    if not objs:
-        return out
-    animated = any(_maybe_animated(ob) for ob in objs)
+    names = [n for n in dict.fromkeys(objects) if n in bpy.data.objects]
+    out = {n: {"matrix": np.empty((frames, 4, 4)), "strength": np.zeros(frames)} for n in names}
+    animated = always or any(_maybe_animated(bpy.data.objects[n]) for n in names)
     if not animated:
-        for ob in objs:
-            out[ob.name]["matrix"][:] = matrix_np(ob.matrix_world)
-            out[ob.name]["strength"][:] = ob.field.strength if ob.field else 0.0
+        for n in names:
+            ob = bpy.data.objects[n]
+            out[n]["matrix"][:] = matrix_np(ob.matrix_world)
+            out[n]["strength"][:] = ob.field.strength if ob.field else 0.0
+        if callback is not None:  # nothing moves: the current frame looks like the first one
+            callback(0)
         return out
     current, sub = scene.frame_current, scene.frame_subframe
     try:
         for t in range(frames):
             scene.frame_set(start + t)
-            for ob in objs:
-                ob = bpy.data.objects[ob.name]
-                out[ob.name]["matrix"][t] = matrix_np(ob.matrix_world)
-                out[ob.name]["strength"][t] = ob.field.strength if ob.field else 0.0
+            for n in names:
+                ob = bpy.data.objects[n]
+                out[n]["matrix"][t] = matrix_np(ob.matrix_world)
+                out[n]["strength"][t] = ob.field.strength if ob.field else 0.0
+            if callback is not None:
+                callback(t)
     finally:
         scene.frame_set(current, subframe=sub)
     return out
+
+
+def sample_objects(context, names, start: int, frames: int) -> dict[str, dict]:
+    return sample_frames(context, start, frames, names)
 
 
 # --------------------------------------------------------------------------- gathering inputs
@@ -250,39 +434,39 @@ class Inputs:
     setup: object  # engine.core.scene.Setup, world space
     mesh: object  # engine.core.formats.Mesh, world space
     scene: dict  # neurok.scene/1 with weights resolved (world space)
-    matrix: np.ndarray  # object -> world at gather time
-    inverse: np.ndarray
+    matrix: np.ndarray  # object -> world at the first frame
+    inverse: np.ndarray  # world -> object: [4,4], or [T,4,4] when the object moves (one per frame)
     frame_start: int
     frames: int
-    vertex_count: int
-    topology: str
+    vertex_count: int  # simulated vertices (what comes before NeuROK in the stack)
+    topology: str  # of obj.data
     engine: str
     model: str | None
     warnings: list = field(default_factory=list)
     export_notes: list = field(default_factory=list)
+    obj_uid: int | None = None  # session uid: follows the object through renames
+    data_vertices: int = 0  # len(obj.data.vertices)
+    evaluated: bool = False  # the input came from the modifier stack / shape-key mix, not obj.data alone
 
-    def to_local(self, positions: np.ndarray) -> np.ndarray:
-        return transform(np.asarray(positions, np.float64), self.inverse).astype(np.float32)
+    def to_local(self, positions: np.ndarray, frame: int | None = None) -> np.ndarray:
+        """World -> object space; `positions` is one frame ([N,3], pass its index) or all frames ([T,N,3])."""
+        x = np.asarray(positions, np.float64)
+        inv = np.asarray(self.inverse)
+        if inv.ndim == 2:
+            return transform(x, inv).astype(np.float32)
+        if x.ndim == 3:
+            return np.stack([transform(x[t], inv[min(t, len(inv) - 1)]) for t in range(len(x))]).astype(np.float32)
+        t = 0 if frame is None else min(int(frame), len(inv) - 1)
+        return transform(x, inv[t]).astype(np.float32)
 
 
 AXES = {'POS_X': (0, 1.0), 'POS_Y': (1, 1.0), 'POS_Z': (2, 1.0), 'NEG_X': (0, -1.0), 'NEG_Y': (1, -1.0), 'NEG_Z': (2, -1.0)}
 
 
-def field_objects(context, obj) -> list:
-    """Scene objects carrying a force field that could act on `obj` (enabled in the viewport)."""
-    layer_objects = context.view_layer.objects
-    out = []
-    for ob in context.scene.objects:
-        if ob == obj or ob.field is None or ob.field.type == 'NONE' or ob.hide_viewport:
-            continue
-        if ob.name not in layer_objects:
-            continue
-        out.append(ob)
-    return out
-
-
 def engine_choice(context) -> tuple[str, str | None]:
     s = context.scene.neurok
+    if ENGINE_PROBLEM:  # both engines run inside the engine package, which needs torch and scipy
+        raise UserError(ENGINE_PROBLEM)
     if s.engine == 'REFERENCE':
         return "reference", None
     model = bpy.path.abspath(s.model_path) if s.model_path else ""
@@ -296,8 +480,30 @@ def _label(item, i):
     return item.name or f"#{i + 1}"
 
 
+def _collider_arrays(context, ob) -> tuple[np.ndarray, np.ndarray]:
+    """World-space evaluated vertices and triangles of a collision object at the current frame."""
+    dg = context.evaluated_depsgraph_get()
+    ev = ob.evaluated_get(dg)
+    me = ev.to_mesh()
+    try:
+        co = np.empty(len(me.vertices) * 3, dtype=np.float32)
+        me.vertices.foreach_get("co", co)
+        me.calc_loop_triangles()
+        tris = np.empty(len(me.loop_triangles) * 3, dtype=np.int32)
+        me.loop_triangles.foreach_get("vertices", tris)
+    finally:
+        ev.to_mesh_clear()
+    return transform(co.reshape(-1, 3).astype(np.float64), matrix_np(ev.matrix_world)), tris.reshape(-1, 3)
+
+
 def gather(context, obj, check_engine: bool = True) -> Inputs:
-    """Turn `obj` and its settings into a world-space engine setup (raises UserError)."""
+    """Turn `obj` and its settings into a world-space engine setup (raises UserError).
+
+    The simulated mesh is what comes before NeuROK's place in the modifier stack (with the shape-key mix),
+    taken at the first simulated frame; when the object, its deforming modifiers or its shape keys are
+    animated they are sampled every frame: pinned vertices follow them, and the result is stored in the
+    object's space of each frame.
+    """
     check_object(obj)
     scene = context.scene
     settings = obj.neurok
@@ -307,13 +513,6 @@ def gather(context, obj, check_engine: bool = True) -> Inputs:
         raise UserError(f"The frame range {start}-{end} needs at least two frames.")
     engine_name, model = engine_choice(context) if check_engine else ("reference", None)
     dt = scene_dt(scene)
-    co, tris = mesh_arrays(obj)
-    matrix = matrix_np(obj.matrix_world)
-    if abs(np.linalg.det(matrix[:3, :3])) < 1e-12:
-        raise UserError(f"'{obj.name}' has zero scale on some axis; fix its transform first.")
-    inverse = np.linalg.inv(matrix)
-    rest = transform(co, matrix)
-    n = len(rest)
     warnings, notes = [], []
 
     forces = [(i, f) for i, f in enumerate(settings.forces) if f.enabled]
@@ -322,33 +521,99 @@ def gather(context, obj, check_engine: bool = True) -> Inputs:
             raise UserError(f"Force '{_label(f, i)}' has no vertex group; pick where it acts.")
         if f.direction_mode == 'OBJECT' and f.direction_object is None:
             raise UserError(f"Force '{_label(f, i)}' takes its direction from an object, but none is set.")
-    weights = vertex_group_weights(obj, [settings.pin_group] + [f.vertex_group for _, f in forces])
+    group_names = [settings.pin_group] + [f.vertex_group for _, f in forces]
+    for name in group_names:
+        if name and obj.vertex_groups.get(name) is None:
+            raise UserError(f"'{obj.name}' has no vertex group named '{name}'.")
 
+    # what NeuROK simulates: the stack before its place, at every frame when it moves
+    evaluated = needs_evaluation(obj)
+    moving = _moving(obj)
+    per_frame = moving or (evaluated and deforms_over_time(obj))
+    matrices = np.empty((frames, 4, 4))
+    world_frames = [] if per_frame else None
+
+    field_params, field_problems = [], []
     field_obs = field_objects(context, obj) if settings.use_force_fields else []
-    field_params = []
     for ob in field_obs:
-        params, problems = fields.describe(ob)
-        warnings.extend(problems)
+        params, problems = fields.describe(ob, settings.field_weights)
+        field_problems.extend(problems)
         if params is not None:
             field_params.append(params)
-    sampled_names = [p["name"] for p in field_params]
+    warnings.extend(field_problems)
+    col_obs = collider_objects(context, obj)
+    sampled_names = [p["name"] for p in field_params] + [ob.name for ob in col_obs]
     if settings.pin_group and settings.pin_target is not None:
         sampled_names.append(settings.pin_target.name)
     sampled_names += [f.direction_object.name for _, f in forces if f.direction_mode == 'OBJECT']
-    sampled = sample_objects(context, list(dict.fromkeys(sampled_names)), start, frames)
+    moving_colliders = [ob for ob in col_obs if _maybe_animated(ob) or (ob.neurok.bake.kind != 'NONE')]
+    collider_frames = {ob.name: [] for ob in moving_colliders}
+    first = {}
+
+    def take(t):
+        ob = bpy.data.objects[obj.name]
+        matrices[t] = matrix_np(ob.matrix_world)
+        if t == 0 or per_frame:
+            if evaluated:
+                co, tris, w = evaluated_input(context, ob, group_names)
+            else:
+                co, tris = mesh_arrays(ob)
+                w = None
+            if t == 0:
+                first.update(co=co, tris=tris, weights=w)
+            if per_frame:
+                world_frames.append(transform(co, matrices[t]))
+        for c in moving_colliders:
+            collider_frames[c.name].append(_collider_arrays(context, bpy.data.objects[c.name]))
+        if t == 0:
+            for c in col_obs:
+                if c.name not in collider_frames:
+                    first.setdefault("colliders", {})[c.name] = _collider_arrays(context, bpy.data.objects[c.name])
+
+    with _InputStack(obj):
+        sampled = sample_frames(context, start, frames, sampled_names, take,
+                                always=per_frame or bool(moving_colliders))
+    co, tris = first["co"], first["tris"]
+    if len(co) == 0 or len(tris) == 0:
+        raise UserError(f"What comes before NeuROK in the modifier stack of '{obj.name}' has no faces to simulate.")
+    if first["weights"] is None:
+        weights = vertex_group_weights(obj, group_names)
+    else:
+        weights = first["weights"]
+    if not per_frame and not moving_colliders and not any(_maybe_animated(bpy.data.objects[n]) for n in sampled_names
+                                                         if n in bpy.data.objects):
+        matrices[:] = matrices[0]  # visited once only
+    matrix = matrices[0]
+    if np.abs(np.linalg.det(matrices[:, :3, :3])).min() < 1e-12:
+        raise UserError(f"'{obj.name}' has zero scale on some axis; fix its transform first.")
+    inverse = np.linalg.inv(matrices) if moving else np.linalg.inv(matrix)
+    rest = transform(co, matrix)
+    n = len(rest)
+    if per_frame and max(np.abs(w - world_frames[0]).max() for w in world_frames) < 1e-9:
+        per_frame = False  # nothing actually moved
 
     # pins
     pins = []
+    pin_targets = None
     if settings.pin_group:
         w = weights[settings.pin_group]
         if not w.any():
             raise UserError(f"Pin group '{settings.pin_group}' has no weighted vertices.")
         pin = {"select": {"weights": w.tolist()}, "strength": float(settings.pin_strength)}
         if settings.pin_target is not None:
-            loc = sampled[settings.pin_target.name]["matrix"][:, :3, 3]
-            offsets = loc - loc[0]
-            if np.abs(offsets).max() > 0.0:
-                pin["target_offset"] = [[t, offsets[t].tolist()] for t in range(frames)]
+            # the target's full transform (rotation and scale too) relative to the first frame, every frame
+            pm = sampled[settings.pin_target.name]["matrix"]
+            rel = pm @ np.linalg.inv(pm[0])
+            if np.abs(rel - np.eye(4)).max() > 1e-12:
+                pin_targets = np.stack([transform(rest, rel[t]) for t in range(frames)])
+        elif per_frame:
+            pin_targets = np.stack(world_frames)  # the pinned region follows the animated object / deformation
+        if pin_targets is not None:
+            mask = w > 0
+            offsets = (pin_targets[:, mask] - rest[mask]).mean(axis=1)
+            pin["target_offset"] = [[t, offsets[t].tolist()] for t in range(frames)]
+            notes.append("pinned vertices follow a moving target; the export keeps only its mean offset per frame "
+                         "(rotation is lost)")
         pins.append(pin)
     elif settings.pin_target is not None:
         warnings.append("Pin Target is set but there is no Pin Group, so it has no effect.")
@@ -384,7 +649,7 @@ def gather(context, obj, check_engine: bool = True) -> Inputs:
             keys = [[t, float(fc.evaluate(start + t))] for t in range(frames)]
             profile = {"type": "keyframes", "keys": keys}
             accel0 = dirs[0]
-            per_frame = dirs
+            per_frame_dir = dirs
         else:
             if f.profile == 'IMPULSE':
                 profile = {"type": "impulse", "start": lo, "end": lo + f.duration}
@@ -393,34 +658,67 @@ def gather(context, obj, check_engine: bool = True) -> Inputs:
             else:
                 profile = {"type": "constant", "start": lo, "end": f.frame_end - start}
             accel0 = f.strength * dirs[0]
-            per_frame = f.strength * dirs
+            per_frame_dir = f.strength * dirs
         mult = np.array([escene.profile_value(profile, t, dt) for t in range(frames)])
-        table += mult[:, None, None] * w[None, :, None] * per_frame[:, None, :]
+        table += mult[:, None, None] * w[None, :, None] * per_frame_dir[:, None, :]
         scene_forces.append({"select": {"weights": w.tolist()}, "accel": [float(x) for x in accel0], "profile": profile})
 
-    # force fields (evaluated at rest positions, per frame)
+    # force fields: Effectors (per-step evaluation hook) and, for today's engines, a table at the rest surface
     influence = float(settings.field_influence)
-    for p in field_params:
-        smp = sampled[p["name"]]
-        for t in range(frames):
-            table[t] += influence * fields.field_accel(rest, smp["matrix"][t], p, smp["strength"][t])
-        static = fields.field_accel(rest, smp["matrix"][0], p, smp["strength"][0]) * influence
+    kind = material_dict(settings)["kind"]
+    effectors = []
+    field_table = np.zeros((frames, n, 3)) if field_params else None
+    if field_params:
+        from .engine_link import efields
+        normals = efields.vertex_normals(rest, tris)
+        for p in field_params:
+            smp = sampled[p["name"]]
+            e = fields.effector(p, smp["matrix"], smp["strength"], influence)
+            effectors.append(e)
+            for t in range(frames):
+                field_table[t] += efields.accel(e, t, rest, None, normals, surface=kind == "cloth")
+        table += field_table
         for axis in range(3):
             for sign in (1.0, -1.0):
-                wax = np.maximum(sign * static[:, axis], 0.0)
+                wax = np.maximum(sign * field_table[0][:, axis], 0.0)
                 if wax.max() > 0.0:
                     vec = [0.0, 0.0, 0.0]
                     vec[axis] = sign
                     scene_forces.append({"select": {"weights": wax.tolist()}, "accel": vec,
                                          "profile": {"type": "constant"}})
-        varies = np.abs(smp["matrix"] - smp["matrix"][0]).max() > 1e-9 or np.ptp(smp["strength"]) > 0
-        notes.append(f"field '{p['name']}' is written as static forces taken at the first frame"
-                     + (" (it is animated, so the export is approximate)" if varies else ""))
+        notes.append("force fields are written as static forces taken at the first frame")
 
+    # colliders (Blender's Collision physics), world space, per frame when they move
+    scene_colliders = []
+    for ob in col_obs:
+        c = ob.collision
+        entry = {"name": ob.name, "thickness": float(c.thickness_outer), "thickness_inner": float(c.thickness_inner),
+                 "friction": float(c.cloth_friction) / 10.0 if kind == "cloth" else float(c.friction_factor),
+                 "damping": float(min(max(c.damping, 0.0), 1.0))}
+        if ob.name in collider_frames:
+            got = collider_frames[ob.name]
+            if len({len(v) for v, _ in got}) != 1:
+                warnings.append(f"Collision object '{ob.name}' changes its vertex count over time; it is used as at the first frame.")
+                got = got[:1]
+            entry["faces"] = got[0][1].tolist()
+            if max(np.abs(v - got[0][0]).max() for v, _ in got) < 1e-9:
+                entry["vertices"] = got[0][0].tolist()
+            else:
+                entry["positions"] = [v.tolist() for v, _ in got]
+        else:
+            v, f = first["colliders"][ob.name]
+            entry["faces"], entry["vertices"] = f.tolist(), v.tolist()
+        if entry["faces"]:
+            scene_colliders.append(entry)
+        else:
+            warnings.append(f"Collision object '{ob.name}' has no faces; it is ignored.")
+
+    gravity = [g * float(settings.field_weights.gravity) for g in scene_gravity(scene)]
     floor = {"z": float(scene.neurok.floor_height)} if scene.neurok.use_floor else None
     scene_dict = {
-        "format": formats.SCENE_FORMAT, "frames": frames, "dt": dt, "gravity": scene_gravity(scene),
+        "format": formats.SCENE_FORMAT, "frames": frames, "dt": dt, "gravity": gravity,
         "material": material_dict(settings), "pins": pins, "forces": scene_forces, "floor": floor,
+        "colliders": scene_colliders,
         "initial": {"velocity": [float(x) for x in settings.initial_velocity]},
         "meta": {"source": "blender", "blender": bpy.app.version_string, "object": obj.name,
                  "space": "world", "frame_start": start, "notes": notes},
@@ -432,13 +730,37 @@ def gather(context, obj, check_engine: bool = True) -> Inputs:
         raise UserError(str(e).rstrip(".") + ".") from None
     if need_table and table is not None:
         setup.accel_table = table
+    if pin_targets is not None:
+        setup.pin_targets = pin_targets
+    # hooks for engines that evaluate fields per step on the deformed surface (engine.core.fields):
+    setup.effectors = effectors
+    setup.field_accel_rest = field_table  # the part of accel_table that came from fields (at rest)
     setup.meta = dict(setup.meta, object=obj.name, frame_start=start)
     return Inputs(obj_name=obj.name, setup=setup, mesh=mesh, scene=scene_dict, matrix=matrix, inverse=inverse,
                   frame_start=start, frames=frames, vertex_count=n, topology=topology_hash(obj.data),
-                  engine=engine_name, model=model, warnings=warnings, export_notes=notes)
+                  engine=engine_name, model=model, warnings=warnings, export_notes=notes,
+                  obj_uid=getattr(obj, "session_uid", None), data_vertices=len(obj.data.vertices), evaluated=evaluated)
 
 
 # --------------------------------------------------------------------------- cache files
+
+def file_stem(name: str) -> str:
+    """A file-name-safe stem unique to an object name: "Cube.001" and "Cube_001" clean to the same text, so the
+    exact name's CRC is appended (their caches must never share a file)."""
+    return f"{bpy.path.clean_name(name)}-{zlib.crc32(name.encode('utf-8')):08x}"
+
+
+def find_object(name: str, uid: int | None = None):
+    """The object called `name`, or, when it was renamed meanwhile, the object with session uid `uid`."""
+    obj = bpy.data.objects.get(name)
+    if obj is not None and (uid is None or getattr(obj, "session_uid", uid) == uid):
+        return obj
+    if uid is not None:
+        for ob in bpy.data.objects:
+            if getattr(ob, "session_uid", None) == uid:
+                return ob
+    return None
+
 
 def temp_cache_dir() -> Path:
     d = Path(tempfile.gettempdir()) / "neurok_cache"
@@ -448,7 +770,7 @@ def temp_cache_dir() -> Path:
 
 def cache_file_for(obj) -> tuple[str, str]:
     """(absolute path, path to store) of the PC2 cache for `obj`: next to the .blend, or in the temp folder."""
-    name = bpy.path.clean_name(obj.name)
+    name = file_stem(obj.name)
     blend = bpy.data.filepath
     if blend:
         path = os.path.join(os.path.dirname(blend), f"{Path(blend).stem}.{name}.neurok.pc2")
@@ -469,15 +791,30 @@ def own_modifier(obj, name: str):
     return mod if mod is not None and mod.type == 'MESH_CACHE' else None
 
 
-def _new_cache_modifier(obj, name: str, index: int):
+def _new_cache_modifier(obj, name: str, index: int | None):
+    """NeuROK's Mesh Cache modifier `name`: kept where it is in the stack, or created at `index` (None: the end
+    of the stack, where Blender puts a new physics modifier)."""
     existing = obj.modifiers.get(name)
     if existing is not None and existing.type != 'MESH_CACHE':
         raise UserError(f"'{obj.name}' has a modifier called '{name}' that NeuROK did not make; rename it first.")
-    mod = existing or obj.modifiers.new(name, 'MESH_CACHE')
-    current = list(obj.modifiers).index(mod)
-    if current != index:
-        obj.modifiers.move(current, index)
+    if existing is not None:
+        return existing
+    mod = obj.modifiers.new(name, 'MESH_CACHE')
+    if index is not None:
+        current = list(obj.modifiers).index(mod)
+        if current != index:
+            obj.modifiers.move(current, index)
     return obj.modifiers[name]
+
+
+def ensure_place(obj):
+    """NeuROK's place in the stack: "NeuROK Cache", created at the end and switched off until a bake fills it."""
+    mod = own_modifier(obj, CACHE_MODIFIER)
+    if mod is None:
+        mod = _new_cache_modifier(obj, CACHE_MODIFIER, None)
+        mod.cache_format = 'PC2'
+        mod.show_viewport = mod.show_render = False
+    return mod
 
 
 def write_cache(obj, local: np.ndarray, frame_start: int) -> str:
@@ -487,9 +824,11 @@ def write_cache(obj, local: np.ndarray, frame_start: int) -> str:
     old = obj.neurok.bake.cache_path
     if old:
         old_abs = bpy.path.abspath(old)
-        if os.path.normcase(os.path.abspath(old_abs)) != os.path.normcase(os.path.abspath(path)) and os.path.isfile(old_abs):
+        if (os.path.normcase(os.path.abspath(old_abs)) != os.path.normcase(os.path.abspath(path))
+                and os.path.isfile(old_abs) and not cache_users(old_abs, skip=obj)):
             os.unlink(old_abs)
-    mod = _new_cache_modifier(obj, CACHE_MODIFIER, 0)
+    mod = _new_cache_modifier(obj, CACHE_MODIFIER, None)
+    mod.show_viewport = mod.show_render = True
     mod.cache_format = 'PC2'
     mod.filepath = stored
     mod.frame_start = float(frame_start)
@@ -505,17 +844,97 @@ def write_cache(obj, local: np.ndarray, frame_start: int) -> str:
     return path
 
 
+def _norm(path: str) -> str:
+    return os.path.normcase(os.path.abspath(bpy.path.abspath(path)))
+
+
+def cache_users(path: str, skip=None) -> list:
+    """Objects whose NeuROK cache modifier plays `path` (other than `skip`)."""
+    target = _norm(path)
+    out = []
+    for ob in bpy.data.objects:
+        if ob is skip or ob.type != 'MESH' or ob.library is not None:
+            continue
+        for name in (CACHE_MODIFIER, PREVIEW_MODIFIER):
+            mod = own_modifier(ob, name)
+            if mod is not None and mod.filepath and _norm(mod.filepath) == target:
+                out.append(ob)
+    return out
+
+
+# Freed cache files are parked here (not deleted) so that Undo, which brings the modifier back, can bring
+# the file back too (the undo_post handler calls sync_trash). Emptied when another file is loaded.
+TRASH: dict[str, str] = {}  # normalized original path -> parked copy
+RESTORED: set[str] = set()
+
+
+def trash_dir() -> Path:
+    d = temp_cache_dir() / f"trash_{os.getpid()}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def trash_file(path: str) -> None:
+    src = _norm(path)
+    dst = trash_dir() / f"{len(TRASH)}_{zlib.crc32(src.encode('utf-8')):08x}_{os.path.basename(src)}"
+    shutil.move(src, dst)
+    TRASH[src] = str(dst)
+    RESTORED.discard(src)
+
+
+def sync_trash() -> list[str]:
+    """After Undo/Redo: put back parked cache files that a NeuROK modifier plays again, and park again the
+    files restored earlier that no modifier plays any more. Returns the restored paths."""
+    wanted = set()
+    for ob in bpy.data.objects:
+        if ob.type != 'MESH' or ob.library is not None:
+            continue
+        mod = own_modifier(ob, CACHE_MODIFIER)
+        if mod is not None and mod.filepath:
+            wanted.add(_norm(mod.filepath))
+    restored = []
+    for path in wanted:
+        parked = TRASH.get(path)
+        if parked and not os.path.isfile(path) and os.path.isfile(parked):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            shutil.move(parked, path)
+            del TRASH[path]
+            RESTORED.add(path)
+            restored.append(path)
+    for path in list(RESTORED):
+        if path not in wanted and os.path.isfile(path):
+            trash_file(path)
+    return restored
+
+
+def empty_trash() -> None:
+    for parked in TRASH.values():
+        try:
+            os.unlink(parked)
+        except OSError:
+            pass
+    TRASH.clear()
+    RESTORED.clear()
+
+
 def remove_cache(obj, delete_file: bool = True) -> bool:
+    """Remove "NeuROK Cache"; its file is parked in the trash (Undo brings both back), unless another object
+    still plays the same file."""
     mod = own_modifier(obj, CACHE_MODIFIER)
     changed = False
     path = obj.neurok.bake.cache_path or (mod.filepath if mod else "")
-    if mod is not None:
+    if mod is not None and obj.neurok.enabled:  # NeuROK physics keeps its place in the stack, switched off
+        if mod.filepath or mod.show_viewport:
+            changed = True
+        mod.filepath = ""
+        mod.show_viewport = mod.show_render = False
+    elif mod is not None:
         obj.modifiers.remove(mod)
         changed = True
     if delete_file and path:
         abs_path = bpy.path.abspath(path)
-        if os.path.isfile(abs_path) and abs_path.endswith(".neurok.pc2"):
-            os.unlink(abs_path)
+        if os.path.isfile(abs_path) and abs_path.endswith(".neurok.pc2") and not cache_users(abs_path, skip=obj):
+            trash_file(abs_path)
             changed = True
     obj.neurok.bake.cache_path = ""
     return changed
@@ -628,7 +1047,7 @@ def record_bake(obj, kind: str, inputs: Inputs, seconds: float, ood: dict | None
     b.kind = kind
     b.frame_start = inputs.frame_start
     b.frames = inputs.frames
-    b.vertex_count = inputs.vertex_count
+    b.vertex_count = inputs.data_vertices
     b.topology = inputs.topology
     b.engine = inputs.engine
     b.seconds = seconds
@@ -685,7 +1104,7 @@ class PreviewCache:
     """A PC2 file that grows frame by frame while the Mesh Cache modifier "NeuROK Preview" plays it."""
 
     def __init__(self, obj_name: str, points: int, frame_start: int):
-        name = bpy.path.clean_name(obj_name)
+        name = file_stem(obj_name)
         self.path = str(temp_cache_dir() / f"preview_{os.getpid()}_{name}.neurok.pc2")
         self.points = points
         self.frame_start = frame_start
@@ -722,7 +1141,7 @@ def show_preview(obj, path: str, frame_start: int, newest: int | None) -> None:
     """Point "NeuROK Preview" at `path`: following the newest frame while running (newest=int), or playing
     with the timeline once finished (newest=None)."""
     cache = own_modifier(obj, CACHE_MODIFIER)
-    index = 0 if cache is None else list(obj.modifiers).index(cache) + 1
+    index = None if cache is None else list(obj.modifiers).index(cache) + 1
     mod = _new_cache_modifier(obj, PREVIEW_MODIFIER, index)
     if mod.filepath != path:
         mod.filepath = path

@@ -3,7 +3,8 @@
 Installed from the extension zip, the engine is vendored next to this file (`<addon>/engine/`);
 in a development checkout (`python -m neurok_blender.demo`, or the repo's folder linked into
 Blender) it is the repository's top-level `engine` package. The add-on uses `engine.api` and the
-core formats/scene types, nothing else.
+core formats/scene types (and the pure-numpy core helpers for colliders and force fields), nothing
+else.
 
 `api` needs torch; when Blender's Python cannot import it, `api` is None and `ENGINE_PROBLEM`
 says why in one sentence, so the panel can tell the user before any click.
@@ -18,11 +19,15 @@ _HERE = Path(__file__).resolve().parent
 VENDORED = (_HERE / "engine" / "__init__.py").is_file()
 
 if VENDORED:
+    from .engine.core import colliders as ecolliders
+    from .engine.core import fields as efields
     from .engine.core import formats, scene
     from .engine.core.errors import Cancelled, NeurokError, SimulationFault
 else:  # development checkout: the repo root holds `engine/` next to `neurok_blender/`
     if importlib.util.find_spec("engine") is None:
         sys.path.insert(0, str(_HERE.parent))
+    from engine.core import colliders as ecolliders
+    from engine.core import fields as efields
     from engine.core import formats, scene
     from engine.core.errors import Cancelled, NeurokError, SimulationFault
 
@@ -41,7 +46,7 @@ except ImportError as e:  # torch (or scipy) missing from Blender's Python
 ASSETS_DIR = Path(formats.__file__).resolve().parents[2] / "assets"
 SAMPLES_DIR = ASSETS_DIR / "samples"
 
-__all__ = ["ASSETS_DIR", "Cancelled", "ENGINE_PROBLEM", "NeurokError", "SAMPLES_DIR", "SimulationFault", "api",
+__all__ = ["ASSETS_DIR", "Cancelled", "ENGINE_PROBLEM", "ecolliders", "efields", "NeurokError", "SAMPLES_DIR", "SimulationFault", "api",
            "default_model_path", "formats", "learned_engine_status", "scene"]
 
 

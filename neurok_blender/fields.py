@@ -1,55 +1,60 @@
-"""Blender force fields (Wind, Force) evaluated as per-vertex accelerations.
+"""Blender force fields -> engine effectors (the evaluation itself is `engine.core.fields`, pure numpy).
 
-Blender has no Python call that samples the combined effector field at a point, so the supported
-field types are evaluated here the way Blender's effector code does it (effect.cc):
+Blender has no Python call that samples the combined effector field at a point, so `describe()` reads
+an object's `FieldSettings` into plain parameters, and `effector()` combines them with the field
+object's world matrix and strength sampled every frame and with the simulated object's Field Weights
+(type weight × All × Field Influence) into an `engine.core.fields.Effector`. Engines evaluate effectors
+per step on the deformed surface (positions, normals, velocities); today's engines read a per-frame
+table evaluated on the rest surface (normals included: wind on cloth pushes along the face normal).
 
-* Force: along (p - o)/|p - o| × strength × falloff  (positive strength pushes away)
-* Wind:  along the field object's local +Z × strength × falloff
-* distance: |p - o| for shape Point; distance to the object's XY plane for shape Plane
-* falloff Sphere: 0 beyond Max Distance (if used), 1 inside Min Distance (if used),
-  otherwise (1 + d - min)^-power
-* Z Direction Positive / Negative: no effect on the other side of the object's XY plane
-
-NeuROK reads a field's Strength as an acceleration in m/s² (mass independent, like gravity),
-scaled by the object's Field Influence. Fields are evaluated at each vertex's rest position
-(the frame-0 pose in world space) every frame, with the field object's animated transform and
-strength. Everything here is plain numpy; `describe()` only reads attributes of `object.field`.
+Supported: Force, Wind, Vortex, Turbulence, Drag, Harmonic, Charge; shapes Point and Plane (others as
+Point); falloff Sphere, Tube and Cone with Min/Max distance, Z Direction, Noise, Flow, Seed, Size,
+Harmonic Damping. Not supported (said in the panel and when simulating, never silently): Magnetic,
+Lennard-Jones, Texture, Curve Guide, Boid and Fluid Flow fields; Absorption; Gravitation falloff; 2D.
 """
 from __future__ import annotations
 
-import numpy as np
+from .engine_link import efields
 
-SUPPORTED_TYPES = ("WIND", "FORCE")
-SUPPORTED_SHAPES = ("POINT", "PLANE")
-NOT_SUPPORTED_NOTE = ("Only Wind and Force fields with Sphere falloff and Point/Plane shape are used. Not supported: "
-                      "Vortex, Turbulence, Drag, Harmonic, Charge, Lennard-Jones, Magnetic, Texture, Guide, Boid and "
-                      "Fluid fields; Tube/Cone falloff; Noise, Flow, Absorption, Gravitation and 2D options; fields act "
-                      "on rest positions, not the moving surface.")
+SUPPORTED_TYPES = efields.SUPPORTED_TYPES
+NOT_SUPPORTED_NOTE = ("Fields act like Blender's: Force, Wind, Vortex, Turbulence, Drag, Harmonic and Charge, with "
+                      "Sphere/Tube/Cone falloff, Effector Collection and Field Weights. Not supported: Magnetic, "
+                      "Lennard-Jones, Texture, Curve Guide, Boid and Fluid Flow fields, Absorption, Gravitation "
+                      "falloff and 2D. Fields are evaluated on the rest surface each frame until the engines "
+                      "evaluate them per step.")
 
 _TYPE_NAMES = {"WIND": "Wind", "FORCE": "Force", "VORTEX": "Vortex", "TURBULENCE": "Turbulence", "DRAG": "Drag",
                "HARMONIC": "Harmonic", "CHARGE": "Charge", "LENNARDJ": "Lennard-Jones", "MAGNET": "Magnetic",
                "TEXTURE": "Texture", "GUIDE": "Curve Guide", "BOID": "Boid", "FLUID_FLOW": "Fluid Flow"}
+# FieldSettings.type -> EffectorWeights attribute (Blender's names)
+WEIGHT_NAMES = {"FORCE": "force", "WIND": "wind", "VORTEX": "vortex", "TURBULENCE": "turbulence", "DRAG": "drag",
+                "HARMONIC": "harmonic", "CHARGE": "charge"}
 
 
-def describe(ob) -> tuple[dict | None, list[str]]:
-    """(parameters, problems) for an object's force field; parameters is None when it is not used at all.
+def type_name(kind: str) -> str:
+    return _TYPE_NAMES.get(kind, kind.title())
 
-    `problems` are one-sentence notes about settings NeuROK does not follow (shown in the panel and
-    reported when simulating) instead of ignoring them silently.
+
+def describe(ob, weights=None) -> tuple[dict | None, list[str]]:
+    """(parameters, problems) for an object's force field; parameters is None when it does not act.
+
+    `weights` is the simulated object's Field Weights (NeurokFieldWeights); a weight of 0 switches a type off.
+    `problems` are one-sentence notes about settings NeuROK does not follow.
     """
     f = ob.field
     if f is None or f.type == 'NONE':
         return None, []
-    kind = _TYPE_NAMES.get(f.type, f.type.title())
+    kind = type_name(f.type)
     if f.type not in SUPPORTED_TYPES:
         return None, [f"'{ob.name}' is a {kind} field, which NeuROK does not support; it is ignored."]
+    weight = 1.0
+    if weights is not None:
+        weight = float(weights.all) * float(getattr(weights, WEIGHT_NAMES[f.type]))
+        if weight == 0.0:
+            return None, []
     problems = []
-    if f.shape not in SUPPORTED_SHAPES:
-        return None, [f"'{ob.name}' uses field shape {f.shape.title()}, which NeuROK does not support; it is ignored."]
-    if f.falloff_type != 'SPHERE':
-        problems.append(f"'{ob.name}' uses {f.falloff_type.title()} falloff; NeuROK uses Sphere falloff instead.")
-    if getattr(f, "noise", 0.0) > 0.0:
-        problems.append(f"'{ob.name}' has Noise, which NeuROK ignores.")
+    if f.shape not in ("POINT", "PLANE"):
+        problems.append(f"'{ob.name}' uses field shape {f.shape.title()}; NeuROK uses Point instead.")
     if getattr(f, "use_absorption", False):
         problems.append(f"'{ob.name}' uses Absorption, which NeuROK ignores.")
     if getattr(f, "use_gravity_falloff", False):
@@ -57,43 +62,31 @@ def describe(ob) -> tuple[dict | None, list[str]]:
     if getattr(f, "use_2d_force", False):
         problems.append(f"'{ob.name}' uses 2D force, which NeuROK ignores.")
     params = {
-        "name": ob.name, "type": f.type, "shape": f.shape, "strength": float(f.strength),
-        "power": float(f.falloff_power), "use_min": bool(f.use_min_distance), "min": float(f.distance_min),
-        "use_max": bool(f.use_max_distance), "max": float(f.distance_max), "z_direction": f.z_direction,
+        "name": ob.name, "type": f.type, "shape": "PLANE" if f.shape == "PLANE" else "POINT",
+        "strength": float(f.strength), "flow": float(getattr(f, "flow", 0.0)), "noise": float(getattr(f, "noise", 0.0)),
+        "seed": int(getattr(f, "seed", 0)), "size": float(getattr(f, "size", 1.0)) or 1.0,
+        "falloff_type": f.falloff_type, "power": float(f.falloff_power),
+        "use_min": bool(f.use_min_distance), "min": float(f.distance_min),
+        "use_max": bool(f.use_max_distance), "max": float(f.distance_max),
+        "radial_power": float(getattr(f, "radial_falloff", 0.0)),
+        "use_radial_min": bool(getattr(f, "use_radial_min", False)), "radial_min": float(getattr(f, "radial_min", 0.0)),
+        "use_radial_max": bool(getattr(f, "use_radial_max", False)), "radial_max": float(getattr(f, "radial_max", 0.0)),
+        "z_direction": f.z_direction, "harmonic_damping": float(getattr(f, "harmonic_damping", 0.0)),
+        "weight": weight,
     }
     return params, problems
 
 
-def falloff(dist: np.ndarray, p: dict) -> np.ndarray:
-    dist = np.asarray(dist, dtype=np.float64)
-    dmin = p["min"] if p["use_min"] else 0.0
-    out = np.power(1.0 + np.maximum(dist - dmin, 0.0), -p["power"])
-    if p["use_min"]:
-        out = np.where(dist < dmin, 1.0, out)
-    if p["use_max"]:
-        out = np.where(dist > p["max"], 0.0, out)
-    return out
+def effector(params: dict, matrices, strengths, influence: float = 1.0):
+    """An engine Effector from `describe()` parameters and the field object's per-frame matrices/strengths."""
+    p = dict(params)
+    p.pop("strength", None)
+    p["weight"] = p.get("weight", 1.0) * influence
+    return efields.Effector(matrix=matrices, strength=strengths, **p)
 
 
-def field_accel(points: np.ndarray, matrix: np.ndarray, p: dict, strength: float | None = None) -> np.ndarray:
-    """Acceleration [N,3] (m/s²) of one field at world points [N,3]; `matrix` is the field object's world matrix."""
-    points = np.asarray(points, dtype=np.float64)
-    m = np.asarray(matrix, dtype=np.float64)
-    origin = m[:3, 3]
-    nor = m[:3, 2]
-    nor = nor / max(np.linalg.norm(nor), 1e-12)
-    strength = p["strength"] if strength is None else strength
-    rel = points - origin
-    height = rel @ nor
-    vec = height[:, None] * nor[None, :] if p["shape"] == "PLANE" else rel
-    dist = np.linalg.norm(vec, axis=1)
-    fo = falloff(dist, p)
-    if p["z_direction"] == "POSITIVE":
-        fo = np.where(height < 0.0, 0.0, fo)
-    elif p["z_direction"] == "NEGATIVE":
-        fo = np.where(height > 0.0, 0.0, fo)
-    if p["type"] == "WIND":
-        return (strength * fo)[:, None] * nor[None, :]
-    unit = vec / np.maximum(dist, 1e-12)[:, None]
-    unit[dist < 1e-12] = 0.0
-    return (strength * fo)[:, None] * unit
+def field_accel(points, matrix, p: dict, strength: float | None = None):
+    """Acceleration [N,3] (m/s²) of one field at world points for one world matrix (no surface, no velocity)."""
+    import numpy as np
+    e = effector(p, np.asarray(matrix)[None], [p["strength"] if strength is None else strength])
+    return efields.accel(e, 0, points)

@@ -3,6 +3,7 @@
 * save_pre: a cache baked while the file was unsaved lives in the temp folder; move it next to the
   .blend being written and store a relative `//` path, so the bake survives save and reload.
 * load_pre: cancel running jobs (their modal operators die with the old file).
+* undo_post/redo_post: a freed cache file is parked, not deleted; Undo of Free Bake brings it back.
 * load_post: remove "NeuROK Preview" modifiers left in a file saved during a preview.
 """
 from __future__ import annotations
@@ -41,7 +42,7 @@ def on_save_pre(*args):
         src = bpy.path.abspath(mod.filepath)
         if not (src and os.path.isfile(src) and bridge.in_temp_cache(src)):
             continue
-        dst = os.path.join(new_dir, f"{stem}.{bpy.path.clean_name(obj.name)}.neurok.pc2")
+        dst = os.path.join(new_dir, f"{stem}.{bridge.file_stem(obj.name)}.neurok.pc2")
         try:
             shutil.move(src, dst)
         except OSError as e:
@@ -73,6 +74,16 @@ def on_save_post(*args):
 @persistent
 def on_load_pre(*args):
     jobs.cancel_all()
+    bridge.empty_trash()  # the undo history goes with the old file
+
+
+@persistent
+def on_undo_redo_post(*args):
+    """Undo of Free Bake brings the modifier back: bring its parked file back too (and park it again on Redo)."""
+    try:
+        bridge.sync_trash()
+    except OSError as e:
+        print(f"NeuROK: could not restore a cache file after undo ({e})")
 
 
 @persistent
@@ -87,6 +98,8 @@ HANDLERS = (
     (bpy.app.handlers.save_post, on_save_post),
     (bpy.app.handlers.load_pre, on_load_pre),
     (bpy.app.handlers.load_post, on_load_post),
+    (bpy.app.handlers.undo_post, on_undo_redo_post),
+    (bpy.app.handlers.redo_post, on_undo_redo_post),
 )
 
 

@@ -17,6 +17,7 @@ import traceback
 
 import bpy
 
+from . import bridge
 from .engine_link import Cancelled, NeurokError, SimulationFault, api
 
 JOBS: dict[str, "Job"] = {}
@@ -96,7 +97,7 @@ class Job:
             self._emit("stage", "Simulating")
             if self.stream:
                 for t, x in run.frames(self.cancel):
-                    self._emit("frame", t, self.inputs.to_local(x))
+                    self._emit("frame", t, self.inputs.to_local(x, t))
                     self._progress(t + 1, self.total)
                 self._emit("done", None)
             else:
@@ -209,6 +210,20 @@ def running(obj_name: str, kind: str | None = None) -> Job | None:
     if job is None or (kind is not None and job.kind != kind):
         return None
     return job
+
+
+def follow_rename(job: "Job"):
+    """The job's object, found by its session uid if it was renamed meanwhile (the job is then re-keyed under
+    the new name, so the panel, the modal operator and the result all follow the object). None if deleted."""
+    obj = bridge.find_object(job.obj_name, getattr(job.inputs, "obj_uid", None))
+    if obj is not None and obj.name != job.obj_name:
+        old = job.obj_name
+        if JOBS.get(old) is job:
+            del JOBS[old]
+            JOBS[obj.name] = job
+        job.obj_name = obj.name
+        job.inputs.obj_name = obj.name
+    return obj
 
 
 def cancel_all(wait: float = 0.0) -> None:

@@ -18,21 +18,68 @@ PRESET_ITEMS = [
 ]
 _KNOWN = {item[0] for item in PRESET_ITEMS}
 PRESET_ITEMS = [item for item in PRESET_ITEMS if item[0] in PRESETS] + [
-    (name, name.title(), "Material preset from the engine") for name in PRESETS if name not in _KNOWN]
+    (name, name.title(), "Material preset from the engine") for name in PRESETS if name not in _KNOWN] + [
+    ('CUSTOM', "Custom", "The sliders no longer match a built-in preset (save them with the preset menu)")]
 
 # Blender 5.0 warns when a FILE_PATH property holds a "//" path unless it says it supports them.
 REL_PATH = {'PATH_SUPPORTS_BLEND_RELATIVE'} if bpy.app.version >= (5, 0, 0) else set()
 
 SLIDERS = ("stiffness", "density", "poisson", "damping", "air_damping", "bending")
+_APPLYING = []  # set while a preset fills the sliders (their update callbacks must not call it Custom)
+
+
+def preset_kind(name: str) -> str:
+    return PRESETS.get(name, {}).get("kind", "solid")
 
 
 def _apply_preset(self, context):
     values = PRESETS.get(self.preset)
     if not values:
         return
+    _APPLYING.append(True)
+    try:
+        self.kind = values.get("kind", "solid").upper()
+        for key in SLIDERS:
+            if key in values:
+                target = "areal_density" if key == "density" and self.kind == 'CLOTH' else key
+                setattr(self, target, float(values[key]))
+    finally:
+        _APPLYING.pop()
+
+
+def preset_matches(settings) -> bool:
+    """Whether every slider still holds the chosen preset's value."""
+    values = PRESETS.get(settings.preset)
+    if not values or preset_kind(settings.preset).upper() != settings.kind:
+        return False
     for key in SLIDERS:
-        if key in values:
-            setattr(self, key, float(values[key]))
+        if key not in values:
+            continue
+        target = "areal_density" if key == "density" and settings.kind == 'CLOTH' else key
+        if abs(getattr(settings, target) - float(values[key])) > 1e-6 * max(1.0, abs(float(values[key]))):
+            return False
+    return True
+
+
+def _slider_moved(self, context):
+    """A slider moved away from the preset: the preset name must not lie, so it becomes Custom."""
+    if _APPLYING or self.preset == 'CUSTOM':
+        return
+    if not preset_matches(self):
+        _APPLYING.append(True)
+        try:
+            self.preset = 'CUSTOM'
+        finally:
+            _APPLYING.pop()
+
+
+def _get_stiffness_log(self):
+    import math
+    return math.log10(max(self.stiffness, 1e-3))
+
+
+def _set_stiffness_log(self, value):
+    self.stiffness = float(10.0 ** value)
 
 
 class NeurokForce(bpy.types.PropertyGroup):
@@ -90,31 +137,72 @@ class NeurokBake(bpy.types.PropertyGroup):
     ood_message: StringProperty(name="OOD Message")
 
 
+class NeurokFieldWeights(bpy.types.PropertyGroup):
+    """Like Cloth ▸ Field Weights: how much each kind of force field (and gravity) acts on this object."""
+    gravity: FloatProperty(name="Gravity", default=1.0, min=0.0, max=1.0, subtype='FACTOR',
+                           description="Share of the scene's gravity that acts on this object")
+    all: FloatProperty(name="All", default=1.0, min=0.0, max=1.0, subtype='FACTOR', description="Scales every field")
+    force: FloatProperty(name="Force", default=1.0, min=0.0, max=1.0, subtype='FACTOR')
+    wind: FloatProperty(name="Wind", default=1.0, min=0.0, max=1.0, subtype='FACTOR')
+    vortex: FloatProperty(name="Vortex", default=1.0, min=0.0, max=1.0, subtype='FACTOR')
+    turbulence: FloatProperty(name="Turbulence", default=1.0, min=0.0, max=1.0, subtype='FACTOR')
+    drag: FloatProperty(name="Drag", default=1.0, min=0.0, max=1.0, subtype='FACTOR')
+    harmonic: FloatProperty(name="Harmonic", default=1.0, min=0.0, max=1.0, subtype='FACTOR')
+    charge: FloatProperty(name="Charge", default=1.0, min=0.0, max=1.0, subtype='FACTOR')
+
+
+FIELD_WEIGHT_NAMES = ("force", "wind", "vortex", "turbulence", "drag", "harmonic", "charge")
+
+
 class NeurokObjectSettings(bpy.types.PropertyGroup):
+    enabled: BoolProperty(
+        name="NeuROK", default=False,
+        description="NeuROK physics on this object (Properties ▸ Physics ▸ NeuROK); its place in the modifier stack "
+                    "is the 'NeuROK Cache' modifier")
     preset: EnumProperty(name="Material", items=PRESET_ITEMS, default="rubber", update=_apply_preset,
-                         description="Starting point for the sliders below (choosing one resets them)")
+                         description="Starting point for the sliders below (choosing one resets them; moving a "
+                                     "slider makes it Custom)")
+    kind: EnumProperty(name="Kind", default='SOLID', update=_slider_moved,
+                       items=[('SOLID', "Solid", "A volume (its surface mesh is filled): soft bodies, jelly, rubber"),
+                              ('CLOTH', "Cloth", "A thin sheet: cloth, leather, flags")],
+                       description="Whether the mesh is a filled volume or a thin sheet")
     stiffness: FloatProperty(
-        name="Stiffness", default=PRESETS["rubber"]["stiffness"], min=1e-3, soft_min=10.0, soft_max=1e7, precision=1,
+        name="Stiffness", default=PRESETS["rubber"]["stiffness"], min=1e-3, soft_min=10.0, soft_max=1e7, precision=0,
+        update=_slider_moved,
         description="Resistance to stretching. Solids: Young's modulus in Pa (jelly 3 kPa, rubber 100 kPa); cloth: "
                     "stretch stiffness in N/m. Like Cloth Tension/Compression or Soft Body Edges Pull/Push, but "
                     "physical: doubling it halves the sag and wobbles √2 faster")
+    stiffness_log: FloatProperty(
+        name="Stiffness (log₁₀)", get=_get_stiffness_log, set=_set_stiffness_log, min=-3.0, max=10.0,
+        soft_min=1.0, soft_max=7.0, precision=2, step=5, subtype='NONE',
+        description="The same stiffness on a logarithmic slider: 3 = 1 kPa, 5 = 100 kPa, 7 = 10 MPa "
+                    "(each step right is ten times stiffer)")
     density: FloatProperty(
-        name="Density", default=PRESETS["rubber"]["density"], min=1e-4, soft_max=5000.0, precision=3,
-        description="Solids: kg/m³ (water 1000); cloth: kg/m² (cotton 0.2). Replaces Cloth/Soft Body Vertex Mass; "
+        name="Density", default=PRESETS["rubber"]["density"], min=1e-4, soft_min=10.0, soft_max=5000.0, precision=1,
+        update=_slider_moved,
+        description="Solids: mass per volume in kg/m³ (water 1000, rubber 1100, foam 120). Replaces Soft Body Mass; "
                     "heavier means slower wobbles, not faster falling")
+    areal_density: FloatProperty(
+        name="Areal Density", default=PRESETS["cloth"]["density"], min=1e-5, soft_min=0.01, soft_max=5.0, precision=3,
+        update=_slider_moved,
+        description="Cloth: mass per area in kg/m² (silk 0.05, cotton 0.2, denim 0.4, leather 0.8). Replaces Cloth "
+                    "Vertex Mass, but does not change when you subdivide")
     poisson: FloatProperty(
         name="Volume Preservation", default=PRESETS["rubber"]["poisson"], min=0.0, max=0.495, precision=3,
+        update=_slider_moved,
         description="Poisson ratio: 0 lets the volume shrink when squashed (foam), 0.45+ keeps it (rubber, jelly bulge "
                     "sideways). Plays the part of Soft Body/Cloth pressure and volume options")
     damping: FloatProperty(
         name="Damping", default=PRESETS["rubber"]["damping"], min=0.0, soft_max=0.2, precision=4, step=0.1,
+        unit='TIME_ABSOLUTE', update=_slider_moved,
         description="Internal damping in seconds (stiffness-proportional): how fast wobbles die out. "
                     "Like Cloth Damping Tension/Compression or Soft Body Edges Damp")
     air_damping: FloatProperty(
         name="Air Viscosity", default=PRESETS["rubber"].get("air_damping", 0.0), min=0.0, soft_max=10.0, precision=3,
+        update=_slider_moved,
         description="Damping of all motion (1/s), like Cloth Physical Properties > Air Viscosity")
     bending: FloatProperty(
-        name="Bending", default=1e-4, min=0.0, soft_max=0.1, precision=6, step=0.001,
+        name="Bending", default=1e-4, min=0.0, soft_max=0.1, precision=6, step=0.001, update=_slider_moved,
         description="Cloth only: resistance to folding in N·m, like Cloth Stiffness > Bending (leather high, silk low)")
 
     pin_group: StringProperty(
@@ -133,8 +221,20 @@ class NeurokObjectSettings(bpy.types.PropertyGroup):
     active_force: IntProperty(name="Active Force", default=0)
 
     use_force_fields: BoolProperty(
-        name="Scene Force Fields", default=True,
-        description="Apply the scene's Wind and Force field objects (like Cloth Field Weights)")
+        name="Force Fields", default=True,
+        description="Apply the scene's force field objects (like Cloth Field Weights)")
+    field_collection: PointerProperty(
+        name="Effector Collection", type=bpy.types.Collection,
+        description="Only force fields in this collection act (empty: every field in the scene), like Cloth ▸ "
+                    "Field Weights ▸ Effector Collection")
+    field_weights: PointerProperty(type=NeurokFieldWeights)
+    use_colliders: BoolProperty(
+        name="Collisions", default=True,
+        description="Objects with Blender's Collision physics push this object (their evaluated, possibly animated "
+                    "meshes, with Thickness Outer and Friction)")
+    collision_collection: PointerProperty(
+        name="Collision Collection", type=bpy.types.Collection,
+        description="Only collision objects in this collection act (empty: every Collision object in the scene)")
     field_influence: FloatProperty(
         name="Field Influence", default=1.0, min=0.0, soft_max=10.0,
         description="Scales every force field's effect on this object; a field's Strength is read as m/s²")
@@ -169,7 +269,7 @@ class NeurokSceneSettings(bpy.types.PropertyGroup):
                                       description="Time spent fine-tuning the model on this object")
 
 
-classes = (NeurokForce, NeurokBake, NeurokObjectSettings, NeurokSceneSettings)
+classes = (NeurokForce, NeurokBake, NeurokFieldWeights, NeurokObjectSettings, NeurokSceneSettings)
 
 
 def register():

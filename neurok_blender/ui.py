@@ -6,7 +6,10 @@ import textwrap
 import bpy
 
 from . import bridge, fields, jobs
-from .engine_link import learned_engine_status
+from .engine_link import ENGINE_PROBLEM, learned_engine_status
+from .properties import FIELD_WEIGHT_NAMES
+
+ICONS = set(bpy.types.UILayout.bl_rna.functions["label"].parameters["icon"].enum_items.keys())
 from .engine_link import scene as escene
 from .operators.sample_pose import unavailable_reason as pose_unavailable
 from .operators.specialize import unavailable_reason as specialize_unavailable
@@ -57,8 +60,10 @@ class VIEW3D_PT_neurok(NeurokPanel, bpy.types.Panel):
         layout = self.layout
         s = context.scene.neurok
         col = layout.column()
+        if ENGINE_PROBLEM:  # before any click: neither engine can run in this Blender
+            wrapped(col, ENGINE_PROBLEM, icon='ERROR', alert=True)
         col.prop(s, "engine", text="Engine")
-        if s.engine == 'NEUROK':
+        if s.engine == 'NEUROK' and not ENGINE_PROBLEM:
             if _PLACEHOLDER:
                 col.prop(s, "model_path", text="Model", placeholder="Bundled model")
             else:
@@ -79,7 +84,7 @@ class VIEW3D_PT_neurok(NeurokPanel, bpy.types.Panel):
             op.object_name = obj.name
         row = box.row(align=True)
         previewing = job is not None and job.kind == "preview"
-        row.operator("neurok.preview", text="Stop Preview (Esc)" if previewing else "Preview",
+        row.operator("neurok.preview", text="Stop Preview" if previewing else "Preview",
                      icon='PAUSE' if previewing else 'PLAY', depress=previewing)
         row = box.row(align=True)
         row.operator("neurok.bake_cache", text="Bake Cache", icon='FILE_CACHE')
@@ -102,6 +107,30 @@ class VIEW3D_PT_neurok(NeurokPanel, bpy.types.Panel):
             box.label(text="Reference engine: exact, no model-fit check.", icon='INFO')
 
 
+def draw_material(layout, st) -> None:
+    row = layout.row(align=True)
+    row.prop(st, "preset")
+    row.menu("NEUROK_MT_material_presets", text="", icon='PRESET')
+    row.operator("neurok.material_preset_add", text="", icon='ADD')
+    if st.preset == 'CUSTOM':
+        layout.label(text="Custom: the sliders differ from every built-in preset.", icon='INFO')
+    layout.prop(st, "kind")
+    cloth = st.kind == 'CLOTH'
+    col = layout.column(align=True)
+    col.prop(st, "stiffness", text="Stiffness (N/m)" if cloth else "Stiffness (Pa)")
+    col.prop(st, "stiffness_log", text="Log₁₀ Stiffness", slider=True)
+    if cloth:
+        col.prop(st, "areal_density", text="Density (kg/m²)")
+    else:
+        col.prop(st, "density", text="Density (kg/m³)")
+    col.prop(st, "poisson")
+    col = layout.column(align=True)
+    col.prop(st, "damping")
+    col.prop(st, "air_damping")
+    if cloth:
+        layout.prop(st, "bending")
+
+
 class VIEW3D_PT_neurok_material(NeurokSubPanel, bpy.types.Panel):
     bl_idname = "VIEW3D_PT_neurok_material"
     bl_label = "Material"
@@ -111,17 +140,7 @@ class VIEW3D_PT_neurok_material(NeurokSubPanel, bpy.types.Panel):
         layout = self.layout
         layout.use_property_split = True
         layout.use_property_decorate = False
-        layout.prop(st, "preset")
-        cloth = escene.MATERIAL_PRESETS.get(st.preset, {}).get("kind") == "cloth"
-        col = layout.column(align=True)
-        col.prop(st, "stiffness", text="Stiffness (N/m)" if cloth else "Stiffness (Pa)")
-        col.prop(st, "density", text="Density (kg/m²)" if cloth else "Density (kg/m³)")
-        col.prop(st, "poisson")
-        col = layout.column(align=True)
-        col.prop(st, "damping")
-        col.prop(st, "air_damping")
-        if cloth:
-            layout.prop(st, "bending")
+        draw_material(layout, st)
 
 
 class VIEW3D_PT_neurok_pins(NeurokSubPanel, bpy.types.Panel):
@@ -210,19 +229,54 @@ class VIEW3D_PT_neurok_fields(NeurokSubPanel, bpy.types.Panel):
         st = obj.neurok
         layout = self.layout
         layout.active = st.use_force_fields
+        layout.use_property_split = True
+        layout.prop(st, "field_collection")
         layout.prop(st, "field_influence")
+        col = layout.column(align=True)
+        w = st.field_weights
+        col.prop(w, "gravity")
+        col.prop(w, "all")
+        for name in FIELD_WEIGHT_NAMES:
+            col.prop(w, name)
         obs = bridge.field_objects(context, obj)
         if not obs:
-            layout.label(text="No force field objects in the scene.", icon='INFO')
+            layout.label(text="No force field objects act on this object.", icon='INFO')
         for ob in obs:
-            params, problems = fields.describe(ob)
+            params, problems = fields.describe(ob, st.field_weights)
             row = layout.row()
-            icon = 'FORCE_WIND' if ob.field.type == 'WIND' else 'FORCE_FORCE' if ob.field.type == 'FORCE' else 'ERROR'
-            row.label(text=f"{ob.name}: {ob.field.type.title()}", icon=icon)
+            icon = 'FORCE_' + ob.field.type if ob.field.type in fields.SUPPORTED_TYPES else 'ERROR'
+            if icon not in ICONS:
+                icon = 'FORCE_FORCE'
+            row.label(text=f"{ob.name}: {fields.type_name(ob.field.type)}", icon=icon)
             row.label(text=f"{ob.field.strength:g}" if params else "ignored")
             for p in problems:
                 wrapped(layout, p, icon='ERROR', alert=params is None)
         wrapped(layout.box(), fields.NOT_SUPPORTED_NOTE, icon='INFO')
+
+
+class VIEW3D_PT_neurok_collisions(NeurokSubPanel, bpy.types.Panel):
+    bl_idname = "VIEW3D_PT_neurok_collisions"
+    bl_label = "Collisions"
+    bl_options = {'DEFAULT_CLOSED'}
+
+    def draw_header(self, context):
+        self.layout.prop(mesh_object(context).neurok, "use_colliders", text="")
+
+    def draw(self, context):
+        obj = mesh_object(context)
+        st = obj.neurok
+        layout = self.layout
+        layout.active = st.use_colliders
+        layout.use_property_split = True
+        layout.prop(st, "collision_collection")
+        obs = bridge.collider_objects(context, obj)
+        if not obs:
+            wrapped(layout, "No collision objects: give an object Physics ▸ Collision.", icon='INFO')
+        for ob in obs:
+            c = ob.collision
+            layout.label(text=f"{ob.name}: thickness {c.thickness_outer:g} m", icon='MOD_PHYSICS')
+        wrapped(layout.box(), "Collision objects are handed to the engines (scene key 'colliders'); the engines "
+                              "feel them once their contact hook is in (see docs/ADDON.md).", icon='INFO')
 
 
 class VIEW3D_PT_neurok_scene(NeurokSubPanel, bpy.types.Panel):
@@ -278,5 +332,174 @@ class VIEW3D_PT_neurok_tools(NeurokSubPanel, bpy.types.Panel):
         layout.operator("neurok.export_scene", icon='EXPORT')
 
 
+# --------------------------------------------------------------------------- Properties ▸ Physics
+
+class PhysicsPanel:
+    bl_space_type = 'PROPERTIES'
+    bl_region_type = 'WINDOW'
+    bl_context = "physics"
+
+    @classmethod
+    def poll(cls, context):
+        obj = mesh_object(context)
+        return obj is not None and obj.neurok.enabled
+
+
+def _physics(cls, label=None, options=None):
+    """The same panel, in Properties ▸ Physics under "NeuROK" (where Cloth and Soft Body live)."""
+    name = cls.__name__.replace("VIEW3D_PT_", "PHYSICS_PT_")
+    ns = {"bl_idname": name, "bl_parent_id": "PHYSICS_PT_neurok", "bl_label": label or cls.bl_label,
+          "poll": PhysicsPanel.__dict__["poll"], "__module__": __name__}
+    if options is not None:
+        ns["bl_options"] = options
+    return type(name, (PhysicsPanel, cls), ns)
+
+
+class PHYSICS_PT_neurok(PhysicsPanel, bpy.types.Panel):
+    bl_idname = "PHYSICS_PT_neurok"
+    bl_label = "NeuROK"
+
+    def draw(self, context):
+        VIEW3D_PT_neurok.draw(self, context)
+
+
+class PHYSICS_PT_neurok_cache(PhysicsPanel, bpy.types.Panel):
+    bl_idname = "PHYSICS_PT_neurok_cache"
+    bl_parent_id = "PHYSICS_PT_neurok"
+    bl_label = "Cache"
+
+    def draw(self, context):
+        scene = context.scene
+        s = scene.neurok
+        obj = mesh_object(context)
+        layout = self.layout
+        layout.use_property_split = True
+        layout.use_property_decorate = False
+        layout.prop(s, "use_scene_range")
+        col = layout.column(align=True)
+        if s.use_scene_range:
+            col.label(text=f"Frames {scene.frame_start}–{scene.frame_end}")
+        else:
+            col.prop(s, "frame_start", text="Simulation Start")
+            col.prop(s, "frame_end", text="End")
+        b = obj.neurok.bake
+        if b.kind == 'CACHE':
+            layout.prop(b, "cache_path", text="File")
+        place = bridge.own_place(obj)
+        before = [m.name for m in bridge.modifiers_before(obj) if m.show_viewport]
+        wrapped(layout, ("Simulates " + (", ".join(before) if before else "the mesh") +
+                         (" (the modifiers above 'NeuROK Cache' in the stack)" if place is not None else "")),
+                icon='MODIFIER')
+
+
+class PHYSICS_PT_neurok_bake(PhysicsPanel, bpy.types.Panel):
+    bl_idname = "PHYSICS_PT_neurok_bake"
+    bl_parent_id = "PHYSICS_PT_neurok_cache"
+    bl_label = "Bake"
+
+    def draw(self, context):
+        layout = self.layout
+        row = layout.row(align=True)
+        row.operator("neurok.bake_cache", text="Bake", icon='FILE_CACHE')
+        row.operator("neurok.free_bake", text="Delete Bake", icon='TRASH')
+        layout.operator("neurok.bake_shape_keys", text="Bake to Shape Keys", icon='SHAPEKEY_DATA')
+        layout.prop(context.scene.neurok, "shape_key_mode")
+
+
+class PHYSICS_PT_neurok_settings(PhysicsPanel, bpy.types.Panel):
+    bl_idname = "PHYSICS_PT_neurok_settings"
+    bl_parent_id = "PHYSICS_PT_neurok"
+    bl_label = "Scene"
+    bl_options = {'DEFAULT_CLOSED'}
+
+    def draw(self, context):
+        VIEW3D_PT_neurok_scene.draw(self, context)
+
+
+PHYSICS_PANELS = (PHYSICS_PT_neurok, _physics(VIEW3D_PT_neurok_material), _physics(VIEW3D_PT_neurok_pins, "Shape"),
+                  _physics(VIEW3D_PT_neurok_forces), _physics(VIEW3D_PT_neurok_fields, "Field Weights"),
+                  _physics(VIEW3D_PT_neurok_collisions), PHYSICS_PT_neurok_cache, PHYSICS_PT_neurok_bake,
+                  PHYSICS_PT_neurok_settings, _physics(VIEW3D_PT_neurok_tools))
+
+
+def draw_physics_add(self, context):
+    """Appended to Properties ▸ Physics' "Enable physics for:" grid: the NeuROK button, like Cloth's."""
+    obj = context.object
+    if obj is None or obj.type != 'MESH':
+        return
+    row = self.layout.row(align=True)
+    if obj.neurok.enabled:
+        row.operator("neurok.physics_remove", text="NeuROK", icon='X')
+    else:
+        row.operator("neurok.physics_add", text="NeuROK", icon='MOD_SOFT')
+
+
+# --------------------------------------------------------------------------- status bar, menus, presets
+
+def status_lines() -> list[tuple[str, float, str]]:
+    """(object, factor, text) of every running job, for the status bar."""
+    return [(name, job.factor(), f"NeuROK {job.kind.title()} '{name}': {job.progress_text()}")
+            for name, job in jobs.JOBS.items() if not job.finished]
+
+
+def draw_status(self, context):
+    """Appended to the status bar: a progress bar per running job with a cancel button (Esc cancels too)."""
+    for name, factor, text in status_lines():
+        row = self.layout.row(align=True)
+        row.progress(factor=factor, type='BAR', text=text)
+        op = row.operator("neurok.cancel", text="", icon='CANCEL')
+        op.object_name = name
+
+
+class NEUROK_MT_material_presets(bpy.types.Menu):
+    """User-saved NeuROK materials (Blender's preset system: scripts/presets/neurok/material)"""
+    bl_label = "NeuROK Material Presets"
+    preset_subdir = "neurok/material"
+    preset_operator = "script.execute_preset"
+    draw = bpy.types.Menu.draw_preset
+
+
+class NEUROK_MT_menu(bpy.types.Menu):
+    """NeuROK's operators (Object ▸ NeuROK; also found by F3 search)"""
+    bl_idname = "NEUROK_MT_menu"
+    bl_label = "NeuROK"
+
+    def draw(self, context):
+        layout = self.layout
+        layout.operator("neurok.physics_add", icon='MOD_SOFT')
+        layout.operator("neurok.preview", icon='PLAY')
+        layout.operator("neurok.bake_cache", icon='FILE_CACHE')
+        layout.operator("neurok.bake_shape_keys", icon='SHAPEKEY_DATA')
+        layout.operator("neurok.free_bake", icon='TRASH')
+        layout.separator()
+        layout.operator("neurok.specialize", icon='EXPERIMENTAL')
+        layout.operator("neurok.sample_pose", icon='SHAPEKEY_DATA')
+        layout.operator("neurok.export_scene", icon='EXPORT')
+        layout.operator("neurok.physics_remove", icon='X')
+
+
+def draw_object_menu(self, context):
+    self.layout.separator()
+    self.layout.menu("NEUROK_MT_menu")
+
+
+APPENDS = (("PHYSICS_PT_add", draw_physics_add), ("STATUSBAR_HT_header", draw_status),
+           ("VIEW3D_MT_object", draw_object_menu))
+
 classes = (NEUROK_UL_forces, VIEW3D_PT_neurok, VIEW3D_PT_neurok_material, VIEW3D_PT_neurok_pins,
-           VIEW3D_PT_neurok_forces, VIEW3D_PT_neurok_fields, VIEW3D_PT_neurok_scene, VIEW3D_PT_neurok_tools)
+           VIEW3D_PT_neurok_forces, VIEW3D_PT_neurok_fields, VIEW3D_PT_neurok_collisions, VIEW3D_PT_neurok_scene,
+           VIEW3D_PT_neurok_tools, *PHYSICS_PANELS, NEUROK_MT_material_presets, NEUROK_MT_menu)
+
+
+def register_appends():
+    for type_name, fn in APPENDS:
+        cls = getattr(bpy.types, type_name, None)
+        if cls is not None:
+            cls.append(fn)
+
+
+def unregister_appends():
+    for type_name, fn in APPENDS:
+        cls = getattr(bpy.types, type_name, None)
+        if cls is not None:
+            cls.remove(fn)

@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from .errors import FormatError
 from .geometry import triangle_areas
@@ -60,6 +58,8 @@ def inspect_mesh(mesh: Mesh, frames: int = 0) -> list[Finding]:
     nonmanifold = int(np.sum(counts > 2))
     if nonmanifold:
         out.append(Finding("warning", f"{nonmanifold} non-manifold edge(s) (shared by more than two faces)"))
+    from scipy.sparse import coo_matrix  # lazy: the add-on imports core without scipy to say what is missing
+    from scipy.sparse.csgraph import connected_components
     n_comp = connected_components(coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(len(v), len(v))),
                                   directed=False)[0] - int((~used).sum())
     if n_comp > 1:

@@ -33,6 +33,7 @@ class JobOperator:
         job.handler = self.on_message
         jobs.JOBS[inputs.obj_name] = job
         self._obj_name = inputs.obj_name
+        self._job = job
         if jobs.synchronous(context):
             try:
                 job.run_sync()
@@ -52,6 +53,10 @@ class JobOperator:
             self._timer = None
 
     def modal(self, context, event):
+        mine = getattr(self, "_job", None)
+        if mine is not None:  # the object may have been renamed: follow it
+            jobs.follow_rename(mine)
+            self._obj_name = mine.obj_name
         job = jobs.JOBS.get(self._obj_name)
         if job is None:  # the job was dropped (file loaded, add-on disabled)
             self._stop_timer(context)
@@ -99,11 +104,11 @@ class JobOperator:
             msg = job.message.strip() or "The engine failed."
             self.report({'ERROR'}, msg if msg.endswith(".") else msg + ".")
             return {'CANCELLED'}
-        obj = bpy.data.objects.get(job.obj_name)
+        obj = jobs.follow_rename(job)
         if obj is None or obj.type != 'MESH':
-            self.report({'ERROR'}, f"'{job.obj_name}' was deleted or renamed while NeuROK was running; nothing was written.")
+            self.report({'ERROR'}, f"'{job.obj_name}' was deleted while NeuROK was running; nothing was written.")
             return {'CANCELLED'}
-        if job.kind != "specialize" and (len(obj.data.vertices) != job.inputs.vertex_count
+        if job.kind != "specialize" and (len(obj.data.vertices) != job.inputs.data_vertices
                                          or bridge.topology_hash(obj.data) != job.inputs.topology):
             self.report({'ERROR'}, f"'{obj.name}' was edited while NeuROK was running, so nothing was written; run it again.")
             return {'CANCELLED'}

@@ -8,6 +8,15 @@ from ..engine_link import formats
 from . import _common
 
 
+def shape_key_problem(obj, inputs) -> str | None:
+    """Shape keys sit below the whole modifier stack: with modifiers before NeuROK they would deform the result again."""
+    before = [m.name for m in bridge.modifiers_before(obj) if m.show_viewport]
+    if before or inputs.vertex_count != inputs.data_vertices:
+        return (f"'{obj.name}' simulates on top of its modifiers ({', '.join(before) or 'topology changes'}), which "
+                "shape keys would pass through again; bake to a Mesh Cache instead.")
+    return None
+
+
 class NEUROK_OT_bake_shape_keys(_common.JobOperator, bpy.types.Operator):
     """Simulate the frame range and key one shape key per frame (absolute keys on one linear Evaluation Time
     curve, or relative keys keyed 0/1/0)"""
@@ -39,6 +48,10 @@ class NEUROK_OT_bake_shape_keys(_common.JobOperator, bpy.types.Operator):
             return self._from_cache(context, obj)
         inputs = _common.gather_or_report(self, context, obj)
         if inputs is None:
+            return {'CANCELLED'}
+        problem = shape_key_problem(obj, inputs)
+        if problem:
+            self.report({'ERROR'}, problem)
             return {'CANCELLED'}
         return self.start_job(context, inputs)
 

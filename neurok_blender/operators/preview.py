@@ -5,8 +5,10 @@ grows frame by frame, played by a Mesh Cache modifier named "NeuROK Preview" (pl
 "NeuROK Cache", or first). While running, the modifier shows the newest frame (play mode Custom);
 when the run ends it follows the timeline, so you can scrub the preview. Your mesh data, shape keys
 and modifiers are not touched. Changing a NeuROK setting, the object's transform, gravity, frame
-rate or a force field restarts the run. Esc (or Preview again) stops it and removes the modifier
-and the file. Nothing about a preview is undone/redone or saved as a bake.
+rate or a force field restarts the run; scrubbing the timeline does not (keyed values enter through
+their curves). Esc while frames are still being computed (or Stop Preview at any time) stops it and
+removes the modifier and the file; once the run is complete, Esc belongs to playback again. Renaming
+the object during a preview is followed. Nothing about a preview is undone/redone or saved as a bake.
 """
 
 import time
@@ -21,30 +23,64 @@ from . import _common
 RESTART_DELAY = 0.3  # seconds without further changes before a restart (dragging a slider)
 
 
-def _object_key(ob) -> tuple:
-    """An object as a preview input: its transform, or for an animated object its animation (the current
-    transform follows the timeline, and scrubbing must not restart the preview)."""
-    if not bridge._maybe_animated(ob):
-        return (ob.name, tuple(tuple(r) for r in ob.matrix_world),
-                ob.field.strength if ob.field is not None else None)
+TRANSFORM_PATHS = ("location", "rotation_euler", "rotation_quaternion", "rotation_axis_angle", "scale",
+                   "delta_location", "delta_rotation_euler", "delta_rotation_quaternion", "delta_scale")
+
+
+def animated_paths(id_data) -> set:
+    """Data paths of `id_data` that an F-curve or a driver sets: their current values follow the timeline, so
+    they are fingerprinted through their curves, never through the value at the current frame."""
+    out = set()
+    ad = getattr(id_data, "animation_data", None)
+    if ad is None:
+        return out
+    for fc in (bridge._channelbag_fcurves(id_data) or []):
+        out.add(fc.data_path)
+    for fc in ad.drivers:
+        out.add(fc.data_path)
+    return out
+
+
+def _curves_key(id_data) -> tuple:
     keys = []
-    ad = ob.animation_data
-    fcurves = bridge._channelbag_fcurves(ob)
-    for fc in (fcurves or []):
-        keys.append((fc.data_path, fc.array_index, tuple(tuple(kp.co) for kp in fc.keyframe_points)))
-    return (ob.name, "animated", ad.action.name if ad and ad.action else None, tuple(keys),
-            ob.parent.name if ob.parent else None, len(ob.constraints))
+    for fc in (bridge._channelbag_fcurves(id_data) or []):
+        keys.append((fc.data_path, fc.array_index, tuple(tuple(kp.co) for kp in fc.keyframe_points),
+                     tuple(kp.interpolation for kp in fc.keyframe_points)))
+    ad = getattr(id_data, "animation_data", None)
+    if ad is not None:
+        keys.append(tuple((d.data_path, d.array_index, d.driver.expression) for d in ad.drivers))
+        keys.append(ad.action.name if ad.action else None)
+    return tuple(keys)
 
 
-def _walk(pg, out, skip=("bake", "active_force")):
+def _object_key(ob, named: bool = True) -> tuple:
+    """An object as a preview input: its transform unless the transform is animated (then its curves: the
+    current transform follows the timeline, and scrubbing must not restart the preview)."""
+    animated = animated_paths(ob)
+    moving = (any(p in TRANSFORM_PATHS for p in animated) or ob.parent is not None or len(ob.constraints) > 0)
+    key = [ob.name if named else None, _curves_key(ob)]
+    if moving:
+        key += ["moving", ob.parent.name if ob.parent else None, len(ob.constraints)]
+    else:
+        key.append(tuple(tuple(r) for r in ob.matrix_world))
+    if ob.field is not None and "field.strength" not in animated:
+        key.append(ob.field.strength)
+    return tuple(key)
+
+
+def _walk(pg, out, prefix="", animated=frozenset(), skip=("bake", "active_force")):
     for prop in pg.bl_rna.properties:
         key = prop.identifier
         if key == "rna_type" or key in skip:
             continue
+        path = f"{prefix}.{key}" if prefix else key
+        if path in animated:  # keyed or driven: its curve is in the owner's key, its value moves with the frame
+            out.append(("animated", path))
+            continue
         value = getattr(pg, key)
         if prop.type == 'COLLECTION':
-            for item in value:
-                _walk(item, out)
+            for i, item in enumerate(value):
+                _walk(item, out, f"{path}[{i}]", animated)
         elif prop.type == 'POINTER':
             if value is None:
                 out.append(None)
@@ -53,26 +89,37 @@ def _walk(pg, out, skip=("bake", "active_force")):
             elif isinstance(value, bpy.types.ID):
                 out.append(value.name)
             else:
-                _walk(value, out)
+                _walk(value, out, path, animated)
         elif getattr(prop, "is_array", False):
             out.append(tuple(value))
         else:
             out.append(value)
 
 
+FIELD_KEYS = ("type", "shape", "falloff_type", "falloff_power", "use_min_distance", "distance_min",
+              "use_max_distance", "distance_max", "z_direction", "flow", "noise", "seed", "use_absorption",
+              "inflow", "rest_length", "use_multiple_springs", "size", "use_2d_force")
+
+
 def fingerprint(context, obj) -> tuple:
-    """Everything a preview depends on that can change from the UI (cheap enough for every tick)."""
+    """Everything a preview depends on that can change from the UI (cheap enough for every tick). Values that
+    follow the timeline (keyed or driven) enter through their curves, so scrubbing does not restart a preview."""
     scene = context.scene
-    out = [obj.name, len(obj.data.vertices), tuple(vg.name for vg in obj.vertex_groups),
-           _object_key(obj), tuple(scene.gravity), scene.use_gravity,
-           scene.render.fps, scene.render.fps_base, scene.frame_start, scene.frame_end]
-    _walk(obj.neurok, out)
-    _walk(scene.neurok, out, skip=("specialize_minutes", "shape_key_mode"))
+    out = [len(obj.data.vertices), tuple(vg.name for vg in obj.vertex_groups),
+           _object_key(obj, named=False), tuple(scene.gravity), scene.use_gravity,
+           scene.render.fps, scene.render.fps_base, scene.frame_start, scene.frame_end,
+           bridge.stack_key(obj)]
+    _walk(obj.neurok, out, "neurok", animated_paths(obj))
+    _walk(scene.neurok, out, "neurok", animated_paths(scene), skip=("specialize_minutes", "shape_key_mode"))
     if obj.neurok.use_force_fields:
         for ob in bridge.field_objects(context, obj):
-            f = ob.field
-            out.append((f.type, f.shape, f.falloff_type, f.falloff_power, f.use_min_distance,
-                        f.distance_min, f.use_max_distance, f.distance_max, f.z_direction, _object_key(ob)))
+            f, animated = ob.field, animated_paths(ob)
+            out.append(tuple(("animated", k) if f"field.{k}" in animated else getattr(f, k, None) for k in FIELD_KEYS))
+            out.append(_object_key(ob))
+    for ob in bridge.collider_objects(context, obj):
+        c = ob.collision
+        out.append((_object_key(ob), c.thickness_outer, c.thickness_inner, c.cloth_friction, c.damping,
+                    len(ob.data.vertices) if ob.type == 'MESH' else 0, bridge.stack_key(ob)))
     return tuple(out)
 
 
@@ -167,6 +214,10 @@ class NEUROK_OT_preview(_common.JobOperator, bpy.types.Operator):
 
     # ------------------------------------------------------------------ interactive
     def modal(self, context, event):
+        mine = getattr(self, "_job", None)
+        if mine is not None:  # the object may have been renamed: follow it (the modifier is on it)
+            jobs.follow_rename(mine)
+            self._obj_name = mine.obj_name
         job = jobs.JOBS.get(self._obj_name)
         if job is None or job.kind != "preview" or job is not self._job:
             # stopped from the button, taken over by a bake, or the file changed
@@ -174,6 +225,8 @@ class NEUROK_OT_preview(_common.JobOperator, bpy.types.Operator):
                 self._cleanup(context, restore=True)
             return {'CANCELLED'}
         if event.type == 'ESC' and event.value == 'PRESS':
+            if job.finished:  # Esc now belongs to playback (stop the animation), not to the preview
+                return {'PASS_THROUGH'}
             job.cancel.set()
             jobs.JOBS.pop(self._obj_name, None)
             self._cleanup(context, restore=True)

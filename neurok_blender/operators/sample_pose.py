@@ -56,6 +56,19 @@ class NEUROK_OT_sample_pose(bpy.types.Operator):
         except NeurokError as e:
             self.report({'ERROR'}, str(e))
             return {'CANCELLED'}
+        except ImportError as e:  # the engine's own dependencies (torch) are missing: one sentence, no traceback
+            missing = getattr(e, "name", None) or str(e)
+            self.report({'ERROR'}, f"Sampling a pose needs the Python module '{missing}', which Blender's Python lacks; "
+                                   "install the self-contained NeuROK build for your platform.")
+            return {'CANCELLED'}
+        except Exception as e:  # an engine bug: one sentence in the UI, the traceback in the console
+            import traceback
+            traceback.print_exc()
+            self.report({'ERROR'}, f"Sampling a pose failed ({type(e).__name__}: {e}).")
+            return {'CANCELLED'}
+        if inputs.vertex_count != inputs.data_vertices:
+            self.report({'ERROR'}, f"'{obj.name}' changes its vertex count in the modifier stack; a pose shape key needs the mesh's own vertices.")
+            return {'CANCELLED'}
         if pose.shape != (inputs.vertex_count, 3) or not np.all(np.isfinite(pose)):
             self.report({'ERROR'}, "The engine returned an unusable pose; nothing was changed.")
             return {'CANCELLED'}

@@ -19,7 +19,7 @@ def unavailable_reason(context) -> str | None:
 
 
 def output_path(obj) -> tuple[str, str]:
-    name = bpy.path.clean_name(obj.name)
+    name = bridge.file_stem(obj.name)
     if bpy.data.filepath:
         path = os.path.join(os.path.dirname(bpy.data.filepath),
                             f"{os.path.splitext(os.path.basename(bpy.data.filepath))[0]}.{name}.neurok.ckpt")
