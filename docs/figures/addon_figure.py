@@ -1,0 +1,54 @@
+"""Renders docs/figures/addon_getting_started.png headless (Workbench): a cloth banner pinned to an animated,
+rotating hook, baked by NeuROK (reference engine) over a Subdivision modifier, falling onto a Collision plane.
+
+    python docs/figures/addon_figure.py ZIP OUT.png     (run with BLENDER_USER_* pointed at temp folders)
+"""
+import sys
+
+import bpy
+import numpy as np
+
+zip_path, out = sys.argv[1], sys.argv[2]
+bpy.ops.wm.read_factory_settings(use_empty=True)
+bpy.ops.extensions.package_install_files(filepath=zip_path, repo="user_default", enable_on_install=True)
+scene = bpy.context.scene
+scene.frame_start, scene.frame_end = 1, 16
+scene.neurok.engine = 'REFERENCE'
+bpy.ops.mesh.primitive_plane_add(size=3, location=(0, 0, 0))
+bpy.ops.object.modifier_add(type='COLLISION')
+bpy.ops.object.empty_add(location=(-0.3, 0, 0.9))
+hook = bpy.context.active_object
+hook.keyframe_insert("rotation_euler", frame=1)
+hook.rotation_euler = (0, 0, 0.6)
+hook.keyframe_insert("rotation_euler", frame=16)
+bpy.ops.mesh.primitive_grid_add(x_subdivisions=8, y_subdivisions=8, size=0.6, location=(0, 0, 0.9))
+flag = bpy.context.active_object
+co = np.array([v.co[:] for v in flag.data.vertices])
+g = flag.vertex_groups.new(name="Pin")
+g.add([int(i) for i in np.nonzero(co[:, 0] < co[:, 0].min() + 1e-4)[0]], 1.0, 'REPLACE')
+flag.modifiers.new("Subdivision", 'SUBSURF').levels = 1
+bpy.ops.neurok.physics_add()
+flag.neurok.preset = 'cloth'
+flag.neurok.pin_group = "Pin"
+flag.neurok.pin_target = hook
+scene.frame_set(1)
+assert bpy.ops.neurok.bake_cache() == {'FINISHED'}
+bpy.ops.object.camera_add(location=(1.6, -1.9, 1.6), rotation=(1.05, 0, 0.7))
+scene.camera = bpy.context.active_object
+scene.render.engine = 'BLENDER_WORKBENCH'
+scene.display.shading.light = 'STUDIO'
+scene.display.shading.color_type = 'OBJECT'
+flag.color = (0.9, 0.35, 0.2, 1)
+scene.render.resolution_x, scene.render.resolution_y = 480, 360
+frames = []
+for f in (1, 8, 16):
+    scene.frame_set(f)
+    scene.render.filepath = f"{out}.{f}.png"
+    bpy.ops.render.render(write_still=True)
+    img = bpy.data.images.load(scene.render.filepath)
+    frames.append(np.array(img.pixels[:]).reshape(360, 480, 4))
+sheet = np.concatenate(frames, axis=1)
+img = bpy.data.images.new("sheet", 480 * 3, 360)
+img.pixels = sheet.ravel()
+img.filepath_raw, img.file_format = out, 'PNG'
+img.save()
