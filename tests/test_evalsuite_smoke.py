@@ -1,12 +1,14 @@
 """CI smoke test of the evaluation suite (`make eval-small` / `make eval` run the real presets):
-a shrunken small preset end to end — eval set, baselines, eval, stress, bench and the report."""
+a shrunken small preset end to end — eval set, baselines and oracle, held-out scenes with
+contact sheets and a GIF, the beam, stress, bench and the report from its template."""
 import json
 
 import pytest
 import torch
+from PIL import Image
 
 from engine.learned.checkpoint import save_checkpoint
-from engine.evaluation.suite import run_suite
+from engine.evaluation.suite import rebuild_report, run_suite
 from engine.learned.model import NeurokModel
 
 
@@ -19,11 +21,31 @@ def test_small_preset_writes_a_report(tmp_path):
     torch.manual_seed(0)
     model = tmp_path / "m.ckpt"
     save_checkpoint(model, NeurokModel())
-    report = run_suite("small", tmp_path / "out", model_path=str(model), docs_dir=tmp_path / "docs",
+    docs = tmp_path / "docs"
+    report = run_suite("small", tmp_path / "out", model_path=str(model), docs_dir=docs,
                        sequences=2, heldout=1, frames=12, mlp_minutes=0.05, long_frames=20,
                        force_scales=(1.0, 100.0), stress_frames=6, resolutions=(300,), truth_max_vertices=400,
-                       bench_sizes=(300,), bench_frames=2)
+                       bench_sizes=(300,), bench_frames=2, scenes=("toy_drop", "torus"), scene_frames=8,
+                       noise_scenes=1, noise_frames=4, noise_sequences=1, beam_frames=12, gif_frames=4)
     text = open(report).read()
-    assert "rel_l2" in text and "ms" in text
-    result = json.loads((tmp_path / "out" / "small" / "eval.json").read_text())
-    assert set(result["splits"]) >= {"heldout"} and "hold_still" in result["baselines"]
+    assert "$" not in text.replace("$$", "")                      # every template field was filled
+    headline = text.split("## Headline", 1)[1]
+    assert "volume min" in headline.split("\n|")[1] and "oracle" in headline and "noise floor" in headline
+    assert "## Where the model falls short" in text and "## Physical quantities" in text
+    for name in ("toy_drop", "torus"):
+        sheet = docs / "figures" / f"eval_{name}_sheet.png"
+        gif = docs / "figures" / f"eval_{name}.gif"
+        assert f"figures/eval_{name}_sheet.png" in text and f"figures/eval_{name}.gif" in text
+        assert Image.open(sheet).size[0] > 600
+        with Image.open(gif) as g:
+            assert g.format == "GIF" and g.n_frames >= 2
+    out = tmp_path / "out" / "small"
+    result = json.loads((out / "eval.json").read_text())
+    assert set(result["splits"]) >= {"heldout"} and {"hold_still", "oracle"} <= set(result["baselines"])
+    assert result["splits"]["all"]["plausibility"]["strain_mean"] is not None
+    assert result["reference"]["all"]["plausibility"]["strain_mean"] is not None
+    scenes = json.loads((out / "scenes.json").read_text())
+    assert [r["name"] for r in scenes["scenes"]] == ["toy_drop", "torus"]
+    beam = json.loads((out / "beam.json").read_text())
+    assert beam["quantities"]["reference"]["sag"] > 0
+    assert rebuild_report("small", tmp_path / "out", docs) == docs / "EVALUATION.md"

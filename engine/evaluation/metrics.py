@@ -138,7 +138,7 @@ def predict(engine, setup):
         pred = run.bake()
         ms = 1000.0 * (time.perf_counter() - t1) / max(1, setup.frames - 1)
         return pred, None, None, ms
-    except SimulationFault as fault:
+    except SimulationFault as fault:   # a stop of the plausibility guard (ImplausibleFrame) included: a failure
         good = fault.positions if fault.positions is not None and len(fault.positions) else np.asarray(setup.x0)[None]
         pred = np.repeat(good[-1:], setup.frames, axis=0)
         pred[:len(good)] = good

@@ -1,0 +1,410 @@
+"""docs/EVALUATION.md from the suite's results: the prose lives in `report_template.md`
+(string.Template placeholders); this module only turns numbers into tables, links and the
+data-driven list of findings, and fills the template."""
+from __future__ import annotations
+
+from pathlib import Path
+from string import Template
+
+from ..core.formats import atomic_write_text
+from .figures import make_figures, scene_figures
+from .targets import _minutes, fmt, targets
+
+TEMPLATE = Path(__file__).with_name("report_template.md")
+ROOT = Path(__file__).resolve().parent.parent.parent
+ENGINES3 = ("reference", "neurok", "oracle")
+
+
+def _pct(v, digits=1):
+    return "n/a" if v is None else f"{100 * v:.{digits}f}%"
+
+
+def _ratio(v):
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def _three(row, key, f=fmt):
+    vals = [row.get(e, {}).get("plausibility", {}).get(key) for e in ENGINES3]
+    return " / ".join(f(v) for v in vals)
+
+
+def _rel(p):
+    if p is None:
+        return None
+    try:
+        return str(Path(p).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
+def _fig_link(path, docs):
+    """Path of a figure relative to the report's folder."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(docs).resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+# =========================================================================== findings
+
+def findings(scenes, beam, stress, result) -> list[str]:
+    """Plain sentences on where the model falls short, each backed by a number in the tables."""
+    out = []
+    for r in scenes.get("scenes", []):
+        if "neurok" not in r:
+            continue
+        m, ref, o = r["neurok"]["plausibility"], r["reference"]["plausibility"], r["oracle"]["plausibility"]
+        parts = []
+        vm, vr = m.get("volume_ratio_min"), ref.get("volume_ratio_min")
+        if vm is not None and vr is not None and (vm < 0 or vm < vr - 0.2):
+            what = "turns inside out" if vm < 0 else "loses volume"
+            parts.append(f"its closed surface {what} (volume/rest down to {vm:.2f}; reference {vr:.2f}, oracle "
+                         f"{_ratio(o.get('volume_ratio_min'))})")
+        sm, sr = m.get("strain_mean") or 0.0, ref.get("strain_mean") or 0.0
+        if sm > 0.03 and sm > 3 * sr:
+            parts.append(f"edges stretch {_pct(sm)} on average and up to {_pct(m.get('strain_max'), 0)} "
+                         f"(reference {_pct(sr)}, oracle {_pct(o.get('strain_mean'))})")
+        if r["kind"] == "solid" and (m.get("flipped_max") or 0) > 0.05 and (ref.get("flipped_max") or 0) < 0.02:
+            parts.append(f"up to {_pct(m['flipped_max'], 0)} of its triangles flip")
+        amp = r["neurok"].get("amplitude_ratio")
+        if amp is not None and amp < 0.5:
+            parts.append(f"it barely moves ({amp:.2f} of the reference's motion amplitude)")
+        elif amp is not None and amp > 2.0:
+            parts.append(f"it moves {amp:.1f}x as much as the reference")
+        if r["neurok"].get("unstable"):
+            parts.append(f"the rollout became unstable at frame {r['neurok'].get('unstable_frame')}")
+        e_m, e_o, e_h = r["neurok"]["horizons"]["all"], r["oracle"]["horizons"]["all"], r["hold_still"]["horizons"]["all"]
+        if e_m is not None and e_h and e_m >= e_h:
+            parts.append(f"it is no closer to the reference than holding still (rel_l2 {e_m:.3f} vs {e_h:.3f}; oracle {e_o:.3f})")
+        elif e_m is not None and e_o and e_m > 2 * e_o:
+            parts.append(f"its distance to the reference is {e_m / e_o:.1f}x the oracle's ({e_m:.3f} vs {e_o:.3f}): "
+                         "the learned dynamics, not the subspace size, lose it")
+        if parts:
+            out.append(f"**{r['name']}** ({r['title']}): " + "; ".join(parts) + ".")
+    if beam and beam.get("relative_errors", {}).get("neurok"):
+        q, e = beam["quantities"], beam["relative_errors"]["neurok"]
+        bits = []
+        for key, label, unit, scale in (("sag", "static sag", "mm", 1000), ("frequency", "first frequency", "Hz", 1),
+                                        ("damping_ratio", "damping ratio", "", 1)):
+            if e.get(key) is not None and e[key] > 0.1:
+                bits.append(f"{label} off by {_pct(e[key], 0)} ({fmt(q['neurok'].get(key) and q['neurok'][key] * scale, 3)} vs "
+                            f"reference {fmt(q['reference'].get(key) and q['reference'][key] * scale, 3)} {unit}".rstrip() + ")")
+        if bits:
+            out.append("**Pinned beam**: " + "; ".join(bits) + f" (oracle: sag {_pct(beam['relative_errors']['oracle'].get('sag'), 0)}, "
+                       f"frequency {_pct(beam['relative_errors']['oracle'].get('frequency'), 0)} off).")
+    longs = [r for r in stress.get("rows", []) if r.get("group") == "long"]
+    for r in longs:
+        p = r.get("plausibility") or {}
+        bad = []
+        if r.get("unstable") or r.get("nan"):
+            bad.append("unstable")
+        if p.get("volume_ratio_min") is not None and p["volume_ratio_min"] < 0.5:
+            bad.append(f"volume/rest down to {p['volume_ratio_min']:.2f}")
+        if (p.get("strain_mean") or 0) > 0.05:
+            bad.append(f"mean edge strain {_pct(p['strain_mean'])}")
+        if bad:
+            out.append(f"**{r['name']}** ({r['frames']} frames): " + ", ".join(bad) + ".")
+    allb = result.get("splits", {}).get("all", {})
+    orc = result.get("baselines", {}).get("oracle", {}).get("all", {})
+    hold = result.get("baselines", {}).get("hold_still", {}).get("all", {})
+    if allb and orc and hold:
+        m, o, h = allb["rel_l2"]["mean"], orc["rel_l2"]["mean"], hold["rel_l2"]["mean"]
+        if m is not None and o is not None and h:
+            out.append(f"**Procedural evaluation set**: rel_l2 rollout mean {m:.3f} = {m / h:.2f}x hold-still; the oracle "
+                       f"reaches {o:.3f} = {o / h:.2f}x. Model strain {_pct(allb['plausibility'].get('strain_mean'))} vs "
+                       f"reference {_pct(result['reference']['all']['plausibility'].get('strain_mean'))}, worst volume/rest "
+                       f"{_ratio(allb['plausibility_worst'].get('volume_ratio_min'))} vs "
+                       f"{_ratio(result['reference']['all']['plausibility_worst'].get('volume_ratio_min'))}.")
+    return out or ["No shortfall crossed this report's thresholds (volume below the reference's by 0.2, strain "
+                   "3x the reference's and over 3%, flips on a solid, amplitude off by 2x, farther than holding still)."]
+
+
+# =========================================================================== tables
+
+def headline_table(scenes) -> str:
+    header = ["scene", "vertices", "volume min", "strain", "max strain", "flipped", "rel_l2 1..24 model", "oracle",
+              "noise floor", "hold still", "rel_l2 whole model", "oracle", "hold still", "amplitude"]
+    rows = []
+    for r in scenes.get("scenes", []):
+        if "neurok" not in r:
+            rows.append([r["name"], r.get("vertices"), r.get("error", "failed")] + [""] * (len(header) - 3))
+            continue
+        nf = r.get("noise_floor", {})
+        h_m, h_o, h_s = r["neurok"]["horizons"], r["oracle"]["horizons"], r["hold_still"]["horizons"]
+        rows.append([r["name"], r["vertices"], _three(r, "volume_ratio_min", _ratio),
+                     _three(r, "strain_mean", _pct), _three(r, "strain_max", lambda v: _pct(v, 0)),
+                     _three(r, "flipped_max", lambda v: _pct(v, 0)),
+                     f"**{fmt(h_m.get('24'), 3)}**", fmt(h_o.get("24"), 3),
+                     fmt(nf.get("rel_l2"), 3) if nf.get("available") else "n/a", fmt(h_s.get("24"), 3),
+                     f"**{fmt(h_m.get('all'), 3)}**", fmt(h_o.get("all"), 3), fmt(h_s.get("all"), 3),
+                     fmt(r["neurok"].get("amplitude_ratio"), 2)])
+    return _table(header, rows)
+
+
+def sheets_section(scenes, docs) -> str:
+    out = []
+    for r in scenes.get("scenes", []):
+        if "sheet" not in r:
+            continue
+        out.append(f"**{r['name']}** — {r['title']}: [GIF]({_fig_link(r['gif'], docs)})\n\n"
+                   f"![{r['name']}: reference | model | oracle]({_fig_link(r['sheet'], docs)})")
+    return "\n\n".join(out) or "No scene was rendered."
+
+
+def beam_table(beam) -> str:
+    if not beam:
+        return "Not run."
+    q, e = beam["quantities"], beam["relative_errors"]
+    header = ["engine", "static sag (mm)", "frequency, FFT (Hz)", "frequency, fit (Hz)", "damping ratio",
+              "sag error", "frequency error", "damping error"]
+    rows = []
+    for name in ENGINES3:
+        v = q.get(name, {})
+        err = e.get(name, {})
+        rows.append([name, fmt(v.get("sag") and 1000 * v["sag"], 2), fmt(v.get("frequency_fft"), 3), fmt(v.get("frequency"), 3),
+                     fmt(v.get("damping_ratio"), 3), "—" if name == "reference" else _pct(err.get("sag")),
+                     "—" if name == "reference" else _pct(err.get("frequency")),
+                     "—" if name == "reference" else _pct(err.get("damping_ratio"))])
+    return _table(header, rows)
+
+
+def stress_table(stress) -> str:
+    header = ["case", "vertices", "frames", "unstable", "NaN", "volume min (model)", "strain mean (model)",
+              "flipped max (model)", "rel_l2 mean", "hold still", "ms/frame", "notes"]
+    rows = []
+    for r in stress["rows"]:
+        p = r.get("plausibility") or {}
+        notes = []
+        if r.get("truth"):
+            notes.append("no ground truth")
+        if r.get("cross_resolution_rel") is not None:
+            notes.append(f"differs from the smallest mesh's motion by {r['cross_resolution_rel']:.4f}")
+        if r.get("error"):
+            notes.append(r["error"][:80])
+        if r.get("truth_error"):
+            notes.append("reference failed: " + r["truth_error"][:60])
+        rows.append([r["name"], r["vertices"], r["frames"], fmt(bool(r.get("unstable"))), fmt(r["nan"]),
+                     _ratio(p.get("volume_ratio_min")), _pct(p.get("strain_mean")), _pct(p.get("flipped_max"), 0),
+                     fmt(r.get("rel_l2_mean")), fmt(r.get("hold_still_rel_l2_mean")), fmt(r.get("ms_per_frame"), 2),
+                     "; ".join(notes)])
+    return _table(header, rows)
+
+
+def eval_plausibility_table(result) -> str:
+    header = ["split", "engine", "volume min", "strain mean", "strain max", "flipped max", "penetration max",
+              "centroid path error", "amplitude"]
+    rows = []
+    for split in [s for s in ("train", "validation", "heldout", "all") if s in result["splits"]]:
+        blocks = [("reference", result["reference"][split], None), ("neurok", result["splits"][split], True)]
+        blocks += [(n, b[split], True) for n, b in result["baselines"].items() if n in ("oracle", "latent_mlp") and split in b]
+        for name, b, moving in blocks:
+            p, w = b["plausibility"], b["plausibility_worst"]
+            rows.append([split, name, f"{_ratio(p.get('volume_ratio_min'))} ({_ratio(w.get('volume_ratio_min'))})",
+                         f"{_pct(p.get('strain_mean'))} ({_pct(w.get('strain_mean'))})",
+                         f"{_pct(p.get('strain_max'), 0)} ({_pct(w.get('strain_max'), 0)})",
+                         f"{_pct(p.get('flipped_max'), 0)} ({_pct(w.get('flipped_max'), 0)})",
+                         fmt(w.get("penetration_max"), 4),
+                         fmt(b.get("centroid_path_error"), 4) if moving else "—",
+                         fmt(b.get("amplitude_ratio"), 2) if moving else "—"])
+    return _table(header, rows)
+
+
+def eval_horizon_table(result) -> str:
+    header = ["split", "engine", "frames 1..24", "frames 1..100", "whole rollout", "chamfer_l1", "unstable"]
+    rows = []
+    for split in [s for s in ("train", "validation", "heldout", "all") if s in result["splits"]]:
+        for name, b in [("neurok", result["splits"][split])] + [(n, bl[split]) for n, bl in result["baselines"].items()
+                                                               if split in bl]:
+            h = b.get("horizons", {})
+            rows.append([split, f"**{name}**" if name == "neurok" else name, fmt(h.get("24")), fmt(h.get("100")),
+                         fmt(h.get("all")), fmt(b.get("chamfer_l1")), fmt(b.get("unstable_share"), 2)])
+    return _table(header, rows)
+
+
+def _metric_row(name, block):
+    r = block["rel_l2"]
+    last = f"{fmt(block.get('rel_l2_last'))} ({block.get('last_frame')})" if block.get("rel_l2_last") is not None else "n/a"
+    return [name] + [fmt(r.get(str(f))) for f in (1, 10, 50, 100, 200)] + [last, fmt(r.get("mean")), fmt(block.get("chamfer_l1")),
+                                                                           fmt(block.get("unstable_share"), 2), block.get("sequences")]
+
+
+METRIC_HEADER = ["engine", "t=1", "t=10", "t=50", "t=100", "t=200", "last frame (t)", "mean", "chamfer_l1", "unstable",
+                 "sequences"]
+
+
+def eval_frame_tables(result) -> str:
+    out = []
+    for split in [s for s in ("train", "validation", "heldout", "all") if s in result["splits"]]:
+        rows = [_metric_row("neurok", result["splits"][split])]
+        rows += [_metric_row(b, blocks[split]) for b, blocks in result["baselines"].items() if split in blocks]
+        out.append(f"**{split}**\n\n" + _table(METRIC_HEADER, rows))
+    return "\n\n".join(out)
+
+
+def family_table(result) -> str:
+    rows = [_metric_row(f"family {k}", b) for k, b in result["families"].items()]
+    rows += [_metric_row(f"scenario {k}", b) for k, b in result["scenarios"].items()]
+    return _table(["group"] + METRIC_HEADER[1:], rows)
+
+
+def energy_section(result, figs) -> str:
+    ed = result.get("energy_drift_detail", {})
+    if not ed.get("max"):
+        return f"Not measured: {ed.get('note', 'switched off')}."
+    integ = list(ed["max"])
+    lines = [f"|E(t) - E(0)| / E(0), E = 1/2 |q'|^2 + w0^2 v(q), over {ed.get('steps')} undamped, force-free, gravity-free "
+             "latent steps of the engine's own stepping, from a displacement and velocity of 1% of the diagonal; max over "
+             "the steps. Backward Euler is dissipative by design; implicit midpoint is the conservative option.", ""]
+    rows = [[mesh] + [fmt(per[i]["max"], pct=True) for i in integ] + [fmt(per[i]["final"], pct=True) for i in integ]
+            for mesh, per in ed.get("per_mesh", {}).items()]
+    lines.append(_table(["mesh"] + [f"{i} (max)" for i in integ] + [f"{i} (final)" for i in integ], rows))
+    if ed.get("errors"):
+        lines += ["", "Errors: " + "; ".join(f"{k}: {v}" for k, v in ed["errors"].items())]
+    if "energy_drift" in figs:
+        lines += ["", f"![energy drift]({figs['energy_drift']})"]
+    return "\n".join(lines)
+
+
+def speed_section(bench_result, figs) -> str:
+    lines = [f"Scene: {bench_result.get('scene')}. ms_per_frame = step + decode of one frame after encoding once; peak_mb = "
+             "peak resident memory above the level before the run.", ""]
+    rows = [[r["engine"], r["device"], r["vertices"], r["frames"], fmt(r["encode_ms"], 1), fmt(r["ms_per_frame"], 2),
+             fmt(r["peak_mb"], 1), r.get("note", "")] for r in bench_result["rows"]]
+    lines.append(_table(["engine", "device", "vertices", "frames", "encode ms", "ms/frame", "peak MB", "note"], rows))
+    lines.append("")
+    for name, vals in bench_result.get("ratios", {}).items():
+        lines.append(f"- {name.replace('_', ' ')}: " + ", ".join(f"{k} v: {v:.1f}x" for k, v in vals.items()))
+    for note in bench_result.get("notes", []):
+        lines.append(f"- {note}")
+    if "time_vs_vertices" in figs:
+        lines += ["", f"![time vs vertices]({figs['time_vs_vertices']})"]
+    return "\n".join(lines)
+
+
+def ablations_section(ablations, figs) -> str:
+    if ablations.get("skipped"):
+        return f"Not run: {ablations['skipped']}."
+    lines = [f"On {len(ablations.get('sequences', []))} sequences of the evaluation set, no baselines. Latent sizes are short "
+             f"training runs ({ablations.get('minutes')} minutes each): compare them with each other, not with the default "
+             "model.", ""]
+    rows = []
+    for r in ablations["rows"]:
+        if r.get("status") != "run":
+            rows.append([r["name"]] + [""] * 8 + [f"not run: {r.get('reason')}"])
+            continue
+        rr = r["rel_l2"]
+        rows.append([r["name"]] + [fmt(rr.get(str(f))) for f in (1, 10, 50, 100, 200)] +
+                    [fmt(rr.get("mean")), fmt(r.get("heldout_rel_l2_mean")), fmt(r.get("unstable_share"), 2), "run"])
+    lines.append(_table(["variant", "t=1", "t=10", "t=50", "t=100", "t=200", "mean", "heldout mean", "unstable", "status"], rows))
+    if "ablations" in figs:
+        lines += ["", f"![ablations]({figs['ablations']})"]
+    return "\n".join(lines)
+
+
+def targets_table(suite, result, stress, bench_result) -> str:
+    rows = [[name, text, {"met": "**met**", "missed": "**missed**"}.get(v, v)]
+            for name, text, v in targets(suite, result, stress, bench_result)]
+    return _table(["target", "measured", "verdict"], rows)
+
+
+# =========================================================================== the report
+
+def write_report(suite, result, scenes, beam, stress, bench_result, ablations, docs) -> Path:
+    docs = Path(docs)
+    fig_dir = docs / "figures"
+    figs = make_figures(result, stress, bench_result, ablations, fig_dir)
+    figs.update(scene_figures(scenes, beam, fig_dir))
+    cfg, preset = suite["config"], suite["preset"]
+    out = _rel(suite["out"])
+    out_parent = str(Path(out).parent)
+    model_opt = f" --model {_rel(suite['model_arg'])}" if suite.get("model_arg") else ""
+    overrides = suite.get("overrides") or {}
+    command = f"python -m engine evalsuite --preset {preset} --out {out_parent}{model_opt}"
+    if overrides:
+        kw = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+        generated = (f"Generated on {suite['started']} ({suite['wall_minutes']} minutes) by the {preset} preset **with "
+                     f"overrides** ({kw}) of `{command}`. Every number below comes from that one run.")
+    else:
+        generated = f"Generated by `{command}` on {suite['started']} ({suite['wall_minutes']} minutes). Every number below comes from that one run."
+    m = bench_result.get("machine", {})
+    generated += (f" Machine: {m.get('cpu')}, {m.get('cpu_affinity') or m.get('cpu_count')} CPU cores, torch {m.get('torch')}; "
+                  f"CUDA: {m.get('cuda') or 'none'}.")
+    mm = suite.get("model_meta") or {}
+    generated += (f" Model: `{_rel(suite['model'])}` (latent {scenes.get('oracle', {}).get('model_latent') or 'unknown'}; trained "
+                  f"{mm.get('steps')} steps / {_minutes(mm.get('seconds'))} on {mm.get('sequences')} sequences).")
+    preset_note = ("**Small preset**: short rollouts, few scenes, no ablations, no 100k-vertex timings; `make eval` "
+                   "(`--preset full`) makes the full report." if preset == "small" else "")
+    nf_avail = [r for r in scenes.get("scenes", []) if r.get("noise_floor", {}).get("available")]
+    if nf_avail:
+        noise_note = (f"Noise floor measured on {len(nf_avail)} scene(s) (`engine/reference/noise_floor.py`: reference at its "
+                      "default vs twice the resolution); n/a where this preset did not measure it.")
+    else:
+        notes = {r.get("noise_floor", {}).get("note") for r in scenes.get("scenes", [])} - {None}
+        noise_note = ("Noise floor: " + ("; ".join(sorted(notes)) if notes else "not measured") +
+                      ". The column fills in when the reference simulator's noise-floor function is present.")
+    enf = result.get("noise_floor", {})
+    eval_noise = (f"rel_l2 {fmt(enf.get('rel_l2'))} ({fmt(enf.get('ratio_to_hold_still'), 2)}x hold-still) on "
+                  f"{enf.get('measured_on')} sequence(s), first {enf.get('frames')} frames" if enf.get("available")
+                  else enf.get("note", "not available"))
+    stress_sum = stress["summary"]
+    stress_intro = (f"A {cfg['long_frames']}-frame stability run of the model (no ground truth: the reference is too slow "
+                    f"there), pinned pushes at 0.1x..100x the largest training push ({stress.get('push_max')} m/s²), very "
+                    f"soft and very stiff materials, several resolutions, two separate bodies, a thin plate. "
+                    f"{stress_sum['runs']} runs, {stress_sum['nan_runs']} with NaN, {stress_sum['unstable_runs']} unstable, "
+                    f"{stress_sum['faults']} engine faults. Plausibility columns are the model's own (they need no ground truth).")
+    eval_set_intro = (f"`{_rel(suite['eval_data'])}`: seed {cfg['seed']} (training data: seed 1), {cfg['sequences']} "
+                      f"sequences x {cfg['frames']} frames, {cfg['heldout']} of them from the held-out families (capsule, "
+                      "torus). Split `train` = training families (new sequences), `validation` = the generator's validation "
+                      "draw, `heldout` = unseen families. Ground truth: the reference at the generator's settings.")
+    pin_note = (f"Mean pin drift (pinned vertices vs their targets / diagonal): neurok "
+                f"{fmt(result['splits']['all'].get('pin_drift'), 6)}, ground truth {fmt(result['splits']['all'].get('pin_drift_truth'), 6)}. "
+                f"Replay speed during the evaluation: {fmt(result.get('ms_per_frame'), 2)} ms/frame.")
+    gaps = [f"The {cfg['long_frames']}-frame runs and the largest pushes have no ground truth (the reference is too slow); "
+            "they are judged by stability and plausibility alone.",
+            "Inverted tetrahedra are not counted: the model has no elements; flipped surface triangles stand in for them."]
+    gaps += scenes.get("notes", [])
+    if preset == "small":
+        gaps.append("Small preset: no horizon-100 figures on the scenes, no frame-200 errors, no ablations.")
+    if not any(r["device"] == "cuda" for r in bench_result["rows"]):
+        gaps.append("No CUDA rows: torch saw no GPU on this machine.")
+    q = (beam or {}).get("material", {})
+    fields = {
+        "generated": generated, "preset_note": preset_note,
+        "oracle_dofs": scenes.get("oracle", {}).get("dofs"), "model_latent": scenes.get("oracle", {}).get("model_latent") or "unknown",
+        "findings": "\n".join(f"- {f}" for f in findings(scenes, beam, stress, result)),
+        "scene_frames": cfg["scene_frames"],
+        "reference_settings": ", ".join(f"{k} {v:.4g}" for k, v in scenes.get("reference_settings", {}).items()),
+        "headline_table": headline_table(scenes), "noise_note": noise_note,
+        "plausibility_figure": figs.get("plausibility", ""), "sheets": sheets_section(scenes, docs),
+        "beam_size": f"{(beam or {}).get('length')} x {(beam or {}).get('width')} x {(beam or {}).get('width')}",
+        "beam_vertices": (beam or {}).get("vertices"), "beam_stiffness": f"{q.get('stiffness', 0):.3g}",
+        "beam_density": f"{q.get('density', 0):.4g}", "beam_frames": (beam or {}).get("frames"),
+        "beam_table": beam_table(beam), "beam_figure": figs.get("beam", ""),
+        "long_frames": cfg["long_frames"], "stress_intro": stress_intro, "stress_table": stress_table(stress),
+        "force_figure": f"![error vs force]({figs['error_vs_force']})" if "error_vs_force" in figs else "",
+        "eval_set_intro": eval_set_intro, "eval_plausibility_table": eval_plausibility_table(result),
+        "eval_noise": eval_noise, "eval_horizon_table": eval_horizon_table(result),
+        "eval_frame_tables": eval_frame_tables(result), "error_figure": figs.get("error_vs_frame", ""),
+        "latent_mlp_note": str(result["baselines_info"].get("latent_mlp", {}).get("skipped")
+                               or f"{result['baselines_info'].get('latent_mlp', {}).get('steps', '?')} steps"),
+        "pin_note": pin_note, "family_table": family_table(result),
+        "energy_section": energy_section(result, figs), "speed_section": speed_section(bench_result, figs),
+        "targets_table": targets_table(suite, result, stress, bench_result),
+        "ablations_section": ablations_section(ablations, figs),
+        "commands": "\n".join([command,
+                               f"# pieces: python -m engine eval --model {_rel(suite['model'])} --data {_rel(suite['eval_data'])} --json {out}/eval.json",
+                               f"#         python -m engine bench --model {_rel(suite['model'])} --json {out}/bench.json "
+                               f"--sizes {','.join(str(s) for s in cfg['bench_sizes'])} --frames {cfg['bench_frames']}"]),
+        "out": out, "gaps": "\n".join(f"- {g}" for g in gaps),
+    }
+    text = Template(TEMPLATE.read_text(encoding="utf-8")).substitute(fields)
+    docs.mkdir(parents=True, exist_ok=True)
+    path = docs / "EVALUATION.md"
+    atomic_write_text(path, text)
+    return path

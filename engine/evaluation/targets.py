@@ -1,0 +1,109 @@
+"""The targets the project set itself (README) and whether this run met them."""
+from __future__ import annotations
+
+import math
+import numbers
+
+TARGETS = {"ms_10k": 8.0, "ms_100k": 60.0, "reference_speedup_10k": 100.0, "baseline_factor_200": 2.0,
+           "energy_drift": 0.01}
+
+
+def fmt(v, digits=4, pct=False):
+    """A number for a Markdown table: n/a, a percentage, yes/no, an integer or a float."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    if pct:
+        return f"{100 * v:.3g}%"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, numbers.Integral):
+        return str(v)
+    return f"{v:.{digits}f}" if abs(v) >= 10 ** -digits or v == 0 else f"{v:.2e}"
+
+
+def _minutes(seconds):
+    return "?" if seconds is None else f"{seconds / 60:.0f} min"
+
+
+def _row_at(bench_result, engine, size, device="cpu"):
+    rows = [r for r in bench_result["rows"] if r["engine"] == engine and r["device"] == device]
+    if not rows:
+        return None
+    r = min(rows, key=lambda r: abs(math.log(r["vertices"] / size)))
+    return r if abs(math.log(r["vertices"] / size)) < 0.2 else None
+
+
+def targets(suite, result, stress, bench_result):
+    """[(target, measured text, verdict)], verdict one of met / missed / not measured."""
+    out = []
+    cores = bench_result["machine"].get("cpu_affinity") or bench_result["machine"].get("cpu_count")
+    for size, key in ((10000, "ms_10k"), (100000, "ms_100k")):
+        r = _row_at(bench_result, "neurok", size)
+        name = f"learned engine <= {TARGETS[key]:g} ms/frame at {size // 1000}k vertices on 2 CPU cores"
+        if r is None:
+            out.append((name, f"not measured ({suite['preset']} preset)", "not measured"))
+        else:
+            out.append((name, f"{r['ms_per_frame']:.2f} ms/frame at {r['vertices']} vertices ({cores} cores, "
+                              f"{r.get('torch_threads')} torch threads)", "met" if r["ms_per_frame"] <= TARGETS[key] else "missed"))
+    r, ref = _row_at(bench_result, "neurok", 10000), _row_at(bench_result, "reference", 10000)
+    name = f">= {TARGETS['reference_speedup_10k']:g}x faster than the reference simulator at 10k vertices"
+    if r and ref:
+        x = ref["ms_per_frame"] / r["ms_per_frame"]
+        out.append((name, f"{x:.0f}x ({ref['ms_per_frame']:.0f} vs {r['ms_per_frame']:.2f} ms/frame)",
+                    "met" if x >= TARGETS["reference_speedup_10k"] else "missed"))
+    else:
+        out.append((name, "not measured", "not measured"))
+    bl = [(b["vertices"], b["ms_per_frame"], _row_at(bench_result, "neurok", b["vertices"]))
+          for b in bench_result["rows"] if b["engine"] == "blender_cloth"]
+    if bl:
+        parts = [f"{n} v: {ms / nr['ms_per_frame']:.1f}x" for n, ms, nr in bl if nr]
+        met = all(ms > nr["ms_per_frame"] for n, ms, nr in bl if nr)
+        out.append(("faster than Blender's cloth simulator (same mesh, same frames)", "; ".join(parts), "met" if met else "missed"))
+    else:
+        out.append(("faster than Blender's cloth simulator", "; ".join(bench_result.get("notes", [])) or "not measured",
+                    "not measured"))
+    frame, n_rel, bases = _late_frame(result)
+    for b in ("latent_mlp", "pca_modal"):
+        name = f"at frame 200, rel_l2 >= {TARGETS['baseline_factor_200']:g}x better than the {b} baseline"
+        base = bases.get(b)
+        if n_rel is None or base is None:
+            out.append((name, "not measured", "not measured"))
+            continue
+        x = base / n_rel if n_rel > 0 else math.inf
+        where = "" if frame == 200 else (f"; frame {frame}, the last frame of these sequences" if frame >= 190 else
+                                         f"; frame {frame}: the sequences are shorter than 200 frames")
+        m_n = result["splits"]["all"]["rel_l2"].get("mean")
+        m_b = result["baselines"].get(b, {}).get("all", {}).get("rel_l2", {}).get("mean")
+        context = f"; over the whole rollout (mean) {m_b / m_n:.2f}x" if m_n and m_b else ""
+        text = f"{x:.2f}x (neurok {n_rel:.4f} vs {b} {base:.4f}, all splits{where}{context})"
+        good = x >= TARGETS["baseline_factor_200"]
+        verdict = ("met" if good else "missed") if frame >= 190 else \
+            ("not measured (would be met at this frame)" if good else "not measured (would be missed at this frame)")
+        out.append((name, text, verdict))
+    sm = stress["summary"]
+    out.append(("zero NaN in the stress suite", f"{sm['nan_runs']} of {sm['runs']} runs with NaN; "
+                f"{sm['unstable_runs']} unstable (fault or blow-up)", "met" if sm["nan_runs"] == 0 else "missed"))
+    drift = result.get("energy_drift", {}).get("implicit_midpoint")
+    steps = result.get("energy_drift_detail", {}).get("steps")
+    out.append((f"energy drift < 1% over {steps or 1000} undamped steps (implicit midpoint)",
+                f"{fmt(drift, pct=True)} (worst of {', '.join(result.get('energy_drift_detail', {}).get('per_mesh', {}))})",
+                "not measured" if drift is None else ("met" if drift < TARGETS["energy_drift"] else "missed")))
+    return out
+
+
+def _late_frame(result):
+    """(frame, neurok rel_l2, {baseline: rel_l2}) at frame 200, or else at the latest frame the
+    sequences have (all splits)."""
+    frame = 200 if result["splits"]["all"]["rel_l2"].get("200") is not None else None
+    if frame:
+        return 200, result["splits"]["all"]["rel_l2"]["200"], {
+            b: blocks.get("all", {}).get("rel_l2", {}).get("200") for b, blocks in result["baselines"].items()}
+    curve = result["splits"]["all"].get("rel_l2_curve") or []
+    if len(curve) < 2:
+        return None, None, {}
+    frame = len(curve) - 1
+    bases = {}
+    for b, blocks in result["baselines"].items():
+        c = blocks.get("all", {}).get("rel_l2_curve") or []
+        bases[b] = c[frame] if len(c) > frame else None
+    return frame, curve[frame], bases
