@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", help="checkpoint (default: the bundled model)")
     s.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     s.add_argument("--out", required=True, help="output .npz (neurok.sequence/1) or .pc2")
+    s.add_argument("--keep-good-frames", action="store_true",
+                   help="when the run stops (implausible or unstable frame), write the frames before it "
+                        "instead of nothing")
 
     g = sub.add_parser("generate", help="make training sequences with the reference simulator")
     g.add_argument("--out", required=True)
@@ -127,9 +130,12 @@ def cmd_simulate(args):
         positions = run.bake(progress=lambda done, total: bar.update(done=done))
     except SimulationFault as fault:
         bar.close()
-        if fault.positions is not None and len(fault.positions):
-            _write_frames(out, setup, fault.positions, args.engine)
-        raise NeurokError(f"{fault} (frames before it were written to {out})") from None
+        good = fault.positions if fault.positions is not None else np.zeros((0, setup.num_vertices, 3))
+        if args.keep_good_frames and len(good):
+            _write_frames(out, setup, good, args.engine)
+            raise NeurokError(f"{fault}; the {len(good)} frames before it were written to {out}") from None
+        raise NeurokError(f"{fault}; nothing was written (--keep-good-frames writes the {len(good)} frames "
+                          f"before it)") from None
     bar.close()
     _write_frames(out, setup, positions, args.engine)
     seconds = time.perf_counter() - t0

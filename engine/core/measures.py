@@ -69,29 +69,32 @@ class MeshMeasures:
         lengths = np.linalg.norm(x[self.edges[:, 1]] - x[self.edges[:, 0]], axis=1)
         return np.abs(lengths[self.edge_ok] / self.rest_lengths[self.edge_ok] - 1.0)
 
-    def flipped_share(self, x) -> float:
-        """Share of triangles whose normal points against the rigidly rotated rest normal."""
+    def flipped_share(self, x, R=None) -> float:
+        """Share of triangles whose normal points against the rigidly rotated rest normal
+        (`R`: the frame's best-fit rotation, when the caller has it already)."""
         if not len(self.faces):
             return 0.0
         x = np.asarray(x, np.float64)
-        R = best_rotation(self.rest, x)
+        R = best_rotation(self.rest, x) if R is None else R
         n = self._normals(x)
         n0 = self.rest_normals @ R.T
         ok = np.linalg.norm(n0, axis=1) > 0
         return float(np.mean(np.einsum("ij,ij->i", n[ok], n0[ok]) < 0.0)) if np.any(ok) else 0.0
 
-    def growth(self, x) -> float:
+    def growth(self, x, R=None) -> float:
         """Bounding-box diagonal of the frame in the body's own (best-fit rotated) frame, over rest."""
         x = np.asarray(x, np.float64)
-        R = best_rotation(self.rest, x)
+        R = best_rotation(self.rest, x) if R is None else R
         local = (x - x.mean(axis=0)) @ R
         return float(np.linalg.norm(np.ptp(local, axis=0))) / self.diagonal
 
     def frame(self, x) -> dict:
         """All measures of one frame as plain numbers (volume_ratio None for open surfaces)."""
+        x = np.asarray(x, np.float64)
         strain = self.edge_strain(x)
+        R = best_rotation(self.rest, x)   # one fit serves both rotation-free measures
         return {"volume_ratio": self.volume_ratio(x),
                 "edge_strain_mean": float(strain.mean()) if len(strain) else 0.0,
                 "edge_strain_max": float(strain.max()) if len(strain) else 0.0,
-                "flipped_share": self.flipped_share(x),
-                "growth": self.growth(x)}
+                "flipped_share": self.flipped_share(x, R),
+                "growth": self.growth(x, R)}

@@ -1,29 +1,81 @@
 """What every engine offers: prepare a setup once, then take its frames one by one (live preview)
-or all at once (bake). The reference simulator and the learned engine both subclass these."""
+or all at once (bake). The reference simulator and the learned engine both subclass these.
+
+Every frame either engine yields passes the plausibility guard (`guard.py`) here, in the one
+place both share: a frame that breaks a limit is recomputed by the engine with more substeps
+(`_retry_frame`), and if it still breaks it the run stops with `ImplausibleFrame` at the last
+plausible frame. No caller ever receives the implausible frame.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from .errors import Cancelled, SimulationFault
+from .guard import Guard, ImplausibleFrame
 from .scene import Setup
+
+GUARD_RETRY_FACTORS = (4, 16)   # a frame the guard rejects is recomputed with 4x, then 16x the substeps
 
 
 class Run:
-    """One prepared simulation. Subclasses implement `_iter_frames()`."""
+    """One prepared simulation. Subclasses implement `_iter_frames()` and may implement
+    `_retry_frame(t, factor)`.
+
+    `check_plausibility` (default True) turns the guard on; set it to False only to study raw
+    dynamics (ablations), never for frames handed to a user."""
 
     def __init__(self, setup: Setup):
         self.setup = setup
         self.encode_seconds = 0.0
         self.ood: dict | None = None
+        self.check_plausibility = True
+        self._guard: Guard | None = None
+        self.guard_retries = 0          # frames the guard rejected and the engine recomputed successfully
+
+    @property
+    def guard(self) -> Guard | None:
+        if not self.check_plausibility:
+            return None
+        if self._guard is None:
+            self._guard = Guard(self.setup)
+        return self._guard
 
     def _iter_frames(self):
         raise NotImplementedError
 
+    def _retry_frame(self, t: int, factor: int):
+        """Recompute frame t (t >= 1) from the state after frame t - 1 with `factor` times the
+        substeps and return its positions; later frames of `_iter_frames` must then continue from
+        the recomputed state. Called only between two frames of `_iter_frames`, right after frame
+        t was yielded. Default: no retry (None)."""
+        return None
+
     def frames(self, cancel=None):
+        guard = self.guard
         for t, x in enumerate(self._iter_frames()):
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"cancelled at frame {t}")
-            yield t, np.asarray(x, dtype=np.float32)
+            x = np.asarray(x, dtype=np.float32)
+            if guard is not None and t > 0:
+                x = self._guarded(guard, t, x)
+            yield t, x
+
+    def _guarded(self, guard: Guard, t: int, x: np.ndarray) -> np.ndarray:
+        violation = guard.check(t, x)
+        if violation is None:
+            return x
+        for factor in GUARD_RETRY_FACTORS:
+            try:
+                again = self._retry_frame(t, factor)
+            except SimulationFault:
+                break
+            if again is None:
+                break
+            again = np.asarray(again, dtype=np.float32)
+            if guard.check(t, again) is None:
+                self.guard_retries += 1
+                return again
+        raise ImplausibleFrame(violation)
 
     def bake(self, progress=None, cancel=None) -> np.ndarray:
         total = self.setup.frames

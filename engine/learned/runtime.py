@@ -83,10 +83,27 @@ class NeurokRun(Run):
         yield q, qd
         h = self.setup.dt / self.substeps
         for frame in range(self.setup.frames - 1):
+            self._guard_state = (frame, q, qd)   # plausibility guard: the state this frame starts from
             with torch.no_grad(), self._single_blas():
                 for _ in range(self.substeps):
                     q, qd = self._advance(frame, q, qd, h)
             yield q, qd
+            q, qd = getattr(self, "_guard_resume", None) or (q, qd)   # plausibility guard: a retried frame's state
+            self._guard_resume = None
+
+    def _retry_frame(self, t, factor):
+        """Plausibility guard (core/run.py): frame t again from the state before it, with `factor`
+        times the substeps; the frames after it continue from the new state."""
+        state = getattr(self, "_guard_state", None)
+        if state is None or state[0] != t - 1:
+            return None
+        frame, q, qd = state
+        n = self.substeps * factor
+        with torch.no_grad(), self._single_blas():
+            for _ in range(n):
+                q, qd = self._advance(frame, q, qd, self.setup.dt / n)
+        self._guard_resume = (q, qd)
+        return self.decode(q)
 
     def decode(self, q) -> np.ndarray:
         if self.fast is None:

@@ -1,0 +1,295 @@
+"""The plausibility guard (engine/core/guard.py, applied in core/run.py): no run of either engine
+hands out a frame that has visibly exploded without saying so (issue 14).
+
+- the guard's measures: rigid motion never trips it; the three failures seen with the bundled
+  model (a body grown 18x, a body turned inside out, cloth stretched 375%) always do;
+- real runs: deliberately unstable checkpoints (an untrained model; the v1 bundled model on cloth)
+  on the three failure setups stop with one line naming the frame and the limit, and the good
+  frames they keep all pass the guard; `neurok simulate` then exits 2 and writes nothing, or the
+  good frames with --keep-good-frames;
+- false alarms: the reference simulator on the demo scenes (short runs) and on generated,
+  training-like sequences never trips the guard.
+"""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from engine.api import SimulationFault, open_engine
+from engine.cli import main
+from engine.core.formats import Mesh, read_mesh, read_sequence, write_obj
+from engine.core.guard import Guard, GuardLimits, ImplausibleFrame, limits_for
+from engine.core.scene import read_scene, setup_from_scene, setup_from_sequence
+from engine.learned.checkpoint import default_model_path, save_checkpoint
+from engine.learned.model import NeurokModel
+from engine.reference.engine import ReferenceRun
+from engine.training.shapes import make_sample, make_shape
+
+ASSETS = default_model_path().parent
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    torch.set_num_threads(1)
+
+
+def box(lo, hi):
+    return {"box": {"min": lo, "max": hi}}
+
+
+def scene(frames, material, pins=(), forces=(), floor=None):
+    return {"format": "neurok.scene/1", "frames": frames, "material": material, "pins": list(pins),
+            "forces": list(forces), "floor": floor}
+
+
+ALL = box([0, 0, 0], [1, 1, 1])
+
+
+def cylinder_push(frames=48):
+    """A pinned capsule pushed sideways (the issue's cylinder)."""
+    mesh = make_shape("capsule", np.random.default_rng(3), 400)
+    return mesh, scene(frames, {"preset": "rubber"}, [{"select": box([0, 0, 0], [1, 1, 0.15])}],
+                       [{"select": ALL, "accel": [15, 0, 0], "profile": {"type": "constant", "start": 0, "end": 20}}])
+
+
+def cone_shake(frames=48):
+    """A blunt superquadric pinned at its base and shaken (the issue's cone)."""
+    mesh = make_shape("superquadric", np.random.default_rng(4), 400)
+    return mesh, scene(frames, {"preset": "jelly"}, [{"select": box([0, 0, 0], [1, 1, 0.15])}],
+                       [{"select": ALL, "accel": [25, 0, 0], "profile": {"type": "sine", "frequency": 2.0}}])
+
+
+def cloth_corners(frames=36):
+    """The bundled flag hung by its two top corners (the issue's cloth)."""
+    mesh = make_sample("flag")
+    return mesh, scene(frames, {"preset": "cloth"}, [{"select": box([0, 0, 0.95], [0.05, 1, 1])},
+                                                     {"select": box([0.95, 0, 0.95], [1, 1, 1])}])
+
+
+FAILURE_CASES = {"cylinder_push": cylinder_push, "cone_shake": cone_shake, "cloth_corners": cloth_corners}
+
+
+@pytest.fixture(scope="module")
+def untrained_ckpt(tmp_path_factory):
+    """A deliberately unstable checkpoint: an untrained model (random potential)."""
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("unstable") / "untrained.ckpt"
+    save_checkpoint(path, NeurokModel())
+    return path
+
+
+# --------------------------------------------------------------------------- the measures
+
+def rotation(axis, angle):
+    axis = np.asarray(axis, float) / np.linalg.norm(axis)
+    K = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
+    return np.eye(3) + np.sin(angle) * K + (1 - np.cos(angle)) * K @ K
+
+
+def guard_for(mesh, sc):
+    return Guard(setup_from_scene(mesh, sc))
+
+
+@pytest.mark.parametrize("case", list(FAILURE_CASES))
+def test_rigid_motion_never_trips_the_guard(case):
+    mesh, sc = FAILURE_CASES[case]()
+    guard = guard_for(mesh, sc)
+    x = np.asarray(mesh.vertices, float)
+    for angle in (0.3, 1.7, 3.0):
+        moved = (x - x.mean(0)) @ rotation([1, 2, 3], angle).T + [5.0, -2.0, 40.0]
+        assert guard.check(3, moved) is None
+
+
+def test_the_three_failures_of_the_issue_trip_the_guard():
+    mesh, sc = cylinder_push()
+    x = np.asarray(mesh.vertices, float)
+    grown = (x - x.mean(0)) * 18.0
+    v = guard_for(mesh, sc).check(40, grown)
+    assert v is not None and v.measure in ("growth", "volume_high") and "frame 40" in v.message()
+
+    mesh, sc = cone_shake()
+    x = np.asarray(mesh.vertices, float)
+    inside_out = x * [-1.0, 1.0, 1.0]          # a mirror image: every triangle turned inside out
+    v = guard_for(mesh, sc).check(12, inside_out)
+    assert v is not None and v.measure == "volume_low" and v.value < 0 and "inside out" in v.message()
+
+    mesh, sc = cloth_corners()
+    x = np.asarray(mesh.vertices, float)
+    stretched = x * [4.75, 1.0, 1.0]           # 375% stretch along the flag
+    v = guard_for(mesh, sc).check(7, stretched)
+    assert v is not None and v.measure in ("growth", "edge_strain_mean")
+    assert "\n" not in v.message() and "frame 7" in v.message()
+
+
+def test_cloth_limits_are_much_tighter_than_solid_limits():
+    cloth = Guard(setup_from_scene(*cloth_corners())).limits
+    solid = Guard(setup_from_scene(*cylinder_push())).limits
+    assert cloth.edge_strain_mean <= 0.5 * solid.edge_strain_mean
+    assert cloth.volume_low is None and cloth.flipped_share is None      # cloth folds and is open
+    assert solid.volume_low is not None and 0.2 <= solid.volume_low < 1.0 < solid.volume_high
+
+
+def test_limits_widen_with_the_forces_and_stay_capped():
+    mesh, sc = cylinder_push()
+    calm = limits_for(setup_from_scene(mesh, dict(sc, forces=[])), 1.0)
+    pushed = limits_for(setup_from_scene(mesh, sc), 1.0)
+    sc_hard = json.loads(json.dumps(sc))
+    sc_hard["forces"][0]["accel"] = [1e6, 0, 0]
+    hard = limits_for(setup_from_scene(mesh, sc_hard), 1.0)
+    assert calm.edge_strain_mean <= pushed.edge_strain_mean <= hard.edge_strain_mean <= 1.0
+    assert hard.growth <= 3.0 and hard.edge_strain_max <= 4.0 and hard.volume_low >= 0.2
+
+
+def test_a_deformed_first_frame_is_accepted():
+    """A replayed sequence may start deformed: that is the user's input, not the engine's doing."""
+    mesh, sc = cloth_corners()
+    setup = setup_from_scene(mesh, sc)
+    setup.x0 = np.asarray(mesh.vertices, float) * [1.3, 1.0, 1.0]
+    guard = Guard(setup)
+    assert guard.check(1, setup.x0) is None
+
+
+# --------------------------------------------------------------------------- real runs that must stop
+
+def assert_clean_stop(run, setup):
+    with pytest.raises(ImplausibleFrame) as info:
+        run.bake()
+    fault = info.value
+    msg = str(fault)
+    assert isinstance(fault, SimulationFault) and "\n" not in msg
+    assert f"frame {fault.frame}" in msg and fault.violation.measure in msg.replace(" ", "_") or "limit" in msg
+    assert 1 <= fault.frame < setup.frames and len(fault.positions) == fault.frame
+    guard = Guard(setup)
+    assert all(guard.check(t, x) is None for t, x in enumerate(fault.positions) if t > 0)
+    return fault
+
+
+@pytest.mark.parametrize("case", ["cylinder_push", "cone_shake"])
+def test_unstable_checkpoint_stops_cleanly_on_solids(case, untrained_ckpt):
+    mesh, sc = FAILURE_CASES[case]()
+    setup = setup_from_scene(mesh, sc)
+    fault = assert_clean_stop(open_engine("neurok", untrained_ckpt, device="cpu").prepare(setup), setup)
+    assert fault.violation.measure in ("growth", "volume_low", "volume_high", "edge_strain_mean",
+                                       "edge_strain_max", "flipped_share")
+
+
+def test_bundled_v1_checkpoint_stops_cleanly_on_hung_cloth():
+    mesh, sc = cloth_corners()
+    setup = setup_from_scene(mesh, sc)
+    fault = assert_clean_stop(open_engine("neurok", device="cpu").prepare(setup), setup)
+    assert fault.violation.measure == "edge_strain_mean" and "cloth" in str(fault)
+
+
+def test_preview_stream_stops_at_the_same_frame(untrained_ckpt):
+    mesh, sc = cone_shake()
+    setup = setup_from_scene(mesh, sc)
+    engine = open_engine("neurok", untrained_ckpt, device="cpu")
+    seen = []
+    with pytest.raises(ImplausibleFrame) as info:
+        for t, x in engine.prepare(setup).frames():
+            seen.append(t)
+    assert seen == list(range(info.value.frame))
+
+
+def test_cli_writes_nothing_or_only_the_good_frames(tmp_path, capsys, untrained_ckpt):
+    mesh, sc = cone_shake(frames=24)
+    mesh_path, scene_path = tmp_path / "cone.obj", tmp_path / "shake.json"
+    write_obj(mesh_path, mesh)
+    scene_path.write_text(json.dumps(sc))
+    out = tmp_path / "o.npz"
+    argv = ["simulate", "--mesh", str(mesh_path), "--scene", str(scene_path), "--engine", "neurok",
+            "--model", str(untrained_ckpt), "--device", "cpu", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "implausible result at frame" in err and "nothing was written" in err and "Traceback" not in err
+    assert not out.exists()
+    pc2 = tmp_path / "o.pc2"
+    assert main(argv[:-1] + [str(pc2)]) == 2 and not pc2.exists()
+    capsys.readouterr()
+    assert main(argv + ["--keep-good-frames"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    frame = int(err.split("implausible result at frame ")[1].split(":")[0])
+    seq = read_sequence(out)
+    assert seq.frames == frame and f"{frame} frames before it were written" in err
+
+
+def test_evaluation_counts_a_guard_stop_as_a_failure(untrained_ckpt):
+    from engine.evaluation.metrics import predict, sequence_metrics
+    mesh, sc = cone_shake(frames=24)
+    setup = setup_from_scene(mesh, sc)
+    pred, fault, err, _ = predict(open_engine("neurok", untrained_ckpt, device="cpu"), setup)
+    assert fault is not None and err.startswith("implausible result at frame")
+    rec = sequence_metrics(pred, np.repeat(np.asarray(setup.x0, np.float32)[None], setup.frames, 0), setup, fault,
+                           with_chamfer=False)
+    assert rec["unstable"] and rec["unstable_frame"] == fault
+
+
+# --------------------------------------------------------------------------- the retry hook
+
+def small_cloth(frames):
+    mesh = make_shape("sheet", np.random.default_rng(2), 80)
+    return setup_from_scene(mesh, scene(frames, {"preset": "cloth"}, [{"select": box([0, 0, 0.8], [1, 1, 1])}],
+                                        [{"select": ALL, "accel": [0, 20, 0]}]))
+
+def test_reference_retry_recomputes_the_frame_and_continues():
+    """`ReferenceRun._retry_frame` redoes a frame with more substeps from the state before it,
+    and the run continues from there: same result as a run with that many substeps."""
+    setup = small_cloth(frames=4)
+    run = ReferenceRun(setup)
+    it = run._iter_frames()
+    next(it), next(it)
+    again = run._retry_frame(1, 2)
+    fine = ReferenceRun(setup)
+    fine.sim.substeps *= 2
+    fine.sim.h = setup.dt / fine.sim.substeps
+    expected = list(fine.sim.iter_frames())
+    np.testing.assert_allclose(again, expected[1], atol=1e-6)
+    assert run.sim.substeps * 2 == fine.sim.substeps                  # restored after the retry
+    assert run._retry_frame(3, 2) is None                            # only the frame just yielded
+
+
+def test_a_guard_stop_of_the_reference_retries_then_names_the_limit():
+    """With a limit no run can meet, the reference engine retries (4x, 16x substeps) and then
+    stops at frame 1 with the limit in the message; frame 0 is kept."""
+    setup = small_cloth(frames=3)
+    run = open_engine("reference").prepare(setup)
+    run._guard = Guard(setup, GuardLimits(growth=10.0, edge_strain_mean=1e-9, edge_strain_max=10.0))
+    with pytest.raises(ImplausibleFrame) as info:
+        run.bake()
+    assert info.value.frame == 1 and len(info.value.positions) == 1
+    assert "on average" in str(info.value) and "frame 1" in str(info.value)
+
+
+# --------------------------------------------------------------------------- false alarms
+
+DEMOS = [("flag", "flag_wind", 24), ("jelly", "jelly_poke", 16), ("soft_toy", "toy_drop", 16)]
+
+
+@pytest.mark.parametrize("sample, scene_name, frames", DEMOS)
+def test_reference_on_demo_scenes_gives_no_false_alarm(sample, scene_name, frames):
+    """The demo scenes (shortened; the jelly is poked at frames 6-8) with the bundled samples."""
+    sc = read_scene(ASSETS / "scenes" / f"{scene_name}.json")
+    sc["frames"] = frames
+    setup = setup_from_scene(read_mesh(ASSETS / "samples" / f"{sample}.obj"), sc)
+    frames_ = open_engine("reference").prepare(setup).bake()      # raises ImplausibleFrame on a false alarm
+    assert len(frames_) == frames
+
+
+@pytest.mark.parametrize("case", ["cylinder_push", "cloth_corners"])
+def test_reference_on_the_failure_setups_gives_no_false_alarm(case):
+    mesh, sc = FAILURE_CASES[case](frames=12)
+    setup = setup_from_scene(mesh, sc)
+    assert len(open_engine("reference").prepare(setup).bake()) == 12
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_generated_training_sequences_pass_the_guard(index):
+    """Training-like sequences (random shape, scenario and material, simulated by the reference)
+    replayed through the guard: no frame trips it."""
+    from engine.training.generate import make_sequence
+    seq, entry = make_sequence(14, index, frames=16, target_vertices=(200, 300))
+    setup = setup_from_sequence(seq)
+    guard = Guard(setup)
+    bad = [(t, guard.check(t, x).message()) for t, x in enumerate(seq.positions) if t and guard.check(t, x)]
+    assert not bad, (entry, bad[:1])
