@@ -26,18 +26,25 @@ flag = bpy.context.active_object
 co = np.array([v.co[:] for v in flag.data.vertices])
 g = flag.vertex_groups.new(name="Pin")
 g.add([int(i) for i in np.nonzero(co[:, 0] < co[:, 0].min() + 1e-4)[0]], 1.0, 'REPLACE')
-flag.modifiers.new("Subdivision", 'SUBSURF').levels = 1
+sub = flag.modifiers.new("Subdivision", "SUBSURF")
+sub.levels = sub.render_levels = 1  # the cache holds the viewport level's vertices
 bpy.ops.neurok.physics_add()
 flag.neurok.preset = 'cloth'
 flag.neurok.pin_group = "Pin"
 flag.neurok.pin_target = hook
 scene.frame_set(1)
 assert bpy.ops.neurok.bake_cache() == {'FINISHED'}
-bpy.ops.object.camera_add(location=(1.6, -1.9, 1.6), rotation=(1.05, 0, 0.7))
+bpy.ops.object.empty_add(location=(0, 0, 0.65))
+aim = bpy.context.active_object
+bpy.ops.object.camera_add(location=(0.6, -2.2, 1.3))
 scene.camera = bpy.context.active_object
+track = scene.camera.constraints.new('TRACK_TO')
+track.target = aim
 scene.render.engine = 'BLENDER_WORKBENCH'
 scene.display.shading.light = 'STUDIO'
 scene.display.shading.color_type = 'OBJECT'
+scene.world = bpy.data.worlds.new('W')
+scene.world.color = (0.8, 0.85, 0.9)
 flag.color = (0.9, 0.35, 0.2, 1)
 scene.render.resolution_x, scene.render.resolution_y = 480, 360
 frames = []
@@ -47,6 +54,9 @@ for f in (1, 8, 16):
     bpy.ops.render.render(write_still=True)
     img = bpy.data.images.load(scene.render.filepath)
     frames.append(np.array(img.pixels[:]).reshape(360, 480, 4))
+    bpy.data.images.remove(img)
+    import os
+    os.unlink(scene.render.filepath)
 sheet = np.concatenate(frames, axis=1)
 img = bpy.data.images.new("sheet", 480 * 3, 360)
 img.pixels = sheet.ravel()
