@@ -71,7 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--steps", type=_positive_int)
     budget.add_argument("--minutes", type=_positive_float)
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--latent", type=_positive_int, default=None, help="latent size (new models only)")
 
     e = sub.add_parser("eval", help="measure a model against ground-truth sequences")
     e.add_argument("--model", required=True)
@@ -160,7 +159,7 @@ def cmd_generate(args):
 
 def cmd_train(args):
     from .training.train import train
-    train(args.data, args.out, init=args.init, steps=args.steps, minutes=args.minutes, seed=args.seed, latent=args.latent)
+    train(args.data, args.out, init=args.init, steps=args.steps, minutes=args.minutes, seed=args.seed)
 
 
 def cmd_eval(args):

@@ -18,7 +18,7 @@ from ..core.errors import FormatError, NeurokError
 from ..core.formats import atomic_write_bytes
 from .model import ModelConfig, NeurokModel
 
-CHECKPOINT_FORMAT = "neurok.checkpoint/1"
+CHECKPOINT_FORMAT = "neurok.checkpoint/2"
 # assets/ sits next to engine/ both in the repository and inside the built extension
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 DEFAULT_MODEL_NAME = "neurok_default.ckpt"

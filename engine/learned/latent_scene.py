@@ -1,88 +1,169 @@
-"""A `Setup` reduced to latent quantities once: basis, generalised forces, pins, floor, start
-state. The runtime steps it and training builds the same object with gradients on, so what is
-trained is exactly what runs."""
+"""A `Setup` reduced to the latent space once: the mesh's subspace, the elastic cubature, and
+every exact term (mass, gravity, painted forces, pins, floor) as small matrices and vectors.
+
+Units: lengths are normalised by the bounding-box diagonal L, and energies are per unit of the
+body's mass and per L^2, so the kinetic energy is 1/2 |q'|^2 in the mass-orthonormal basis and
+the elastic energy is w0^2 * sum_k c_k psi_k, w0^2 = stiffness / (density L^2). Training builds
+the same object with gradients on, so what is trained is exactly what runs.
+"""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from ..core.physics import material_omega2
+from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MATERIAL, material_omega2
 from ..core.scene import Setup, profile_value
-from .dynamics import DTYPE, contact_terms, decode, elastic_hessian, encode, generalized, mesh_tensors, pin_omega2, reduce_mesh
+from .materials import DTYPE, StrainEnergy, lame
+from .subspace import Subspace, build_subspace, trilinear_gradients
+
+
+def _t(a, device="cpu"):
+    return torch.as_tensor(np.asarray(a), dtype=DTYPE, device=device)
 
 
 class LatentScene:
-    """Everything one simulation needs in latent form: basis, forces, pins, floor, start state."""
+    """Everything one simulation needs in latent form."""
 
-    def __init__(self, model, setup: Setup, mt=None, device="cpu"):
+    def __init__(self, model, setup: Setup, subspace: Subspace | None = None, device="cpu"):
         self.model, self.setup, self.device = model, setup, device
-        kind = setup.material["kind"]
-        self.mt = mt or mesh_tensors(setup.rest, setup.faces, kind, setup.vertex_mass, model.cfg.shape_samples, device)
-        self.scale = self.mt.norm.scale
-        self.red = reduce_mesh(model, self.mt, setup.material)
-        self.w0sq = material_omega2(setup.material, self.scale)
-        g = torch.as_tensor(np.asarray(setup.gravity) / self.scale, dtype=DTYPE, device=device)
-        self.f_gravity = generalized(self.red, self.mt, g.expand_as(self.mt.x))
-        self.force_terms = [(profile, generalized(self.red, self.mt, self._t(w[:, None] * np.asarray(a)[None] / self.scale)))
+        cfg = model.cfg
+        mat = setup.material
+        self.sub = subspace or build_subspace(setup.rest, setup.faces, mat["kind"], cfg.handles, cfg.lattice_cells,
+                                              cfg.samples, cfg.contact_samples, model.weight_field)
+        sub = self.sub
+        self.kind = sub.kind
+        self.scale = sub.norm.scale
+        self.dims = sub.dims
+        self.w0sq = material_omega2(mat, self.scale)
+        self.features = StrainEnergy.features(mat).to(device)
+        self.mu, self.lam = lame(mat.get("poisson", 0.3))
+        self.U = _t(sub.node_basis, device)                     # [n,3,d]
+        self.V = _t(sub.vertex_basis, device)                   # [N,3,d]
+        self.vertex_mass = sub.vertex_mass
+        self._elastic_samples()
+        self.f_gravity = self.uniform_force(np.asarray(setup.gravity, dtype=np.float64) / self.scale)
+        self.force_terms = [(profile, self.vertex_force(w[:, None] * np.asarray(a)[None] / self.scale))
                             for w, a, profile in setup.force_terms]
-        self._pins(setup)
-        self.phi_c, self.z_c = contact_terms(self.red, self.mt)
-        self.floor = 0.0 if setup.floor_z is None else float((setup.floor_z - self.mt.norm.centre[2]) / self.scale)
-        self.q0 = encode(self.red, self.mt, self._t(self.mt.norm.forward(setup.x0)))
-        self.qd0 = generalized(self.red, self.mt, self._t(setup.v0 / self.scale))
+        self._pins()
+        self._floor()
+        self.q0 = _t(sub.encode(sub.norm.forward(setup.x0)), device)
+        self.qd0 = self.encode_velocity(setup.v0 / self.scale)
 
-    def _t(self, a):
-        return torch.as_tensor(np.asarray(a), dtype=DTYPE, device=self.device)
+    # ----- elastic cubature
 
-    def _pins(self, setup):
-        d = self.red.phi.shape[1]
-        pinned = np.nonzero(setup.pin_weight > 0)[0]
-        self.pinned = torch.as_tensor(pinned, device=self.device)
-        if len(pinned) == 0:
-            self.P, self.pin_w, self._b_static = torch.zeros(d, d, dtype=DTYPE, device=self.device), None, torch.zeros(d, dtype=DTYPE, device=self.device)
+    def _elastic_samples(self):
+        sub = self.sub
+        if self.kind == "solid":
+            dN = trilinear_gradients(sub.cell_size)                          # [8,3]
+            Uc = sub.node_basis[sub.cell_nodes]                              # [K,8,3,d]
+            G = np.einsum("kaid,aj->kijd", Uc, dN).reshape(len(Uc), 9, -1)    # vec(F) - vec(I) = G q
+            self.G = _t(G, self.device)
+            self.offset = _t(np.tile(np.eye(3).ravel(), (len(Uc), 1)), self.device)
+            self.weights = _t(sub.cell_volume, self.device)
+            self.bending = None
             return
-        w = self.mt.mu[self.pinned] * self._t(setup.pin_weight[pinned]) * pin_omega2(setup.material, self.scale)
-        phi = self.red.phi[self.pinned]
-        self.pin_w, self.pin_phi = w, phi
-        self.P = torch.einsum("n,nia,nja->ij", w, phi, phi)
+        tri = sub.triangles
+        Ut = sub.node_basis[tri]                                             # [K,3,3,d]
+        G = np.stack([Ut[:, 1] - Ut[:, 0], Ut[:, 2] - Ut[:, 0]], axis=1).reshape(len(tri), 6, -1)
+        x = sub.nodes
+        e = np.stack([x[tri[:, 1]] - x[tri[:, 0]], x[tri[:, 2]] - x[tri[:, 0]]], axis=1)
+        self.G = _t(G, self.device)
+        self.offset = _t(e.reshape(len(tri), 6), self.device)
+        self.rest_lengths = _t(np.stack([np.linalg.norm(e[:, 0], axis=1), np.linalg.norm(e[:, 1], axis=1),
+                                         np.linalg.norm(e[:, 1] - e[:, 0], axis=1)], axis=1), self.device)
+        self.weights = _t(sub.triangle_area, self.device)
+        Q = sub.bending
+        Ub = sub.node_basis
+        Kb = sum(Ub[:, c, :].T @ (Q @ Ub[:, c, :]) for c in range(3))
+        area = float(np.sum(np.linalg.norm(np.cross(x[sub.faces[:, 1]] - x[sub.faces[:, 0]],
+                                                    x[sub.faces[:, 2]] - x[sub.faces[:, 0]]), axis=1))) / 2.0
+        ratio = float(self.setup.material.get("bending", 0.0)) / (self.setup.material["stiffness"] * self.scale ** 2 * area)
+        self.bending = _t(ratio * 0.5 * (Kb + Kb.T), self.device)
+
+    def density(self, local):
+        """Dimensionless strain energy per sample from local coordinates [K, 9 | 6] (nan where inverted)."""
+        if self.kind == "solid":
+            return self.model.energy.solid_energy(local, self.features, self.mu, self.lam)
+        return self.model.energy.cloth_energy(local, self.rest_lengths, self.features)
+
+    def density_terms(self, local):
+        """(psi [K], dpsi [K,m], PSD d2psi [K,m,m]) per sample."""
+        if self.kind == "solid":
+            return self.model.energy.solid(local, self.features, self.mu, self.lam)
+        return self.model.energy.cloth(local, self.rest_lengths, self.features)
+
+    def bending_scale(self):
+        return self.model.energy.bending_scale(self.features)
+
+    # ----- exact terms
+
+    def uniform_force(self, accel):
+        """Generalised force of one acceleration on every node (gravity)."""
+        return torch.einsum("n,nid,i->d", _t(self.sub.node_mass, self.device), self.U, _t(accel, self.device))
+
+    def vertex_force(self, accel):
+        """Generalised force of per-vertex accelerations [N,3] (normalised units)."""
+        return torch.einsum("n,nid,ni->d", _t(self.vertex_mass, self.device), self.V, _t(accel, self.device))
+
+    def encode_velocity(self, v_norm):
+        sub = self.sub
+        B = sub.vertex_basis.reshape(-1, self.dims)
+        mw = np.repeat(self.vertex_mass, 3)
+        q = np.linalg.solve(B.T @ (mw[:, None] * B) + 1e-10 * np.eye(self.dims), B.T @ (mw * np.asarray(v_norm).ravel()))
+        return _t(q, self.device)
+
+    def _pins(self):
+        setup = self.setup
+        pinned = np.nonzero(setup.pin_weight > 0)[0]
+        self.pinned = pinned
+        d = self.dims
+        if len(pinned) == 0:
+            self.P = torch.zeros(d, d, dtype=DTYPE, device=self.device)
+            self._b_static = torch.zeros(d, dtype=DTYPE, device=self.device)
+            return
+        omega2 = max(PIN_OMEGA2, PIN_OVER_MATERIAL * self.w0sq)
+        self.pin_k = _t(self.vertex_mass[pinned] * setup.pin_weight[pinned] * omega2, self.device)
+        self.pin_V = self.V[torch.as_tensor(pinned)]
+        self.P = torch.einsum("n,nid,nie->de", self.pin_k, self.pin_V, self.pin_V)
         self._b_static = None if setup.pin_targets is not None else self._pin_b(setup.x0[pinned])
 
     def _pin_b(self, targets):
-        tn = self._t(self.mt.norm.forward(targets))
-        return torch.einsum("n,nja,na->j", self.pin_w, self.pin_phi, tn - self.mt.x[self.pinned])
+        t = _t(self.sub.norm.forward(targets) - self.sub.rest[self.pinned], self.device)
+        return torch.einsum("n,nid,ni->d", self.pin_k, self.pin_V, t)
+
+    def pin_b(self, frame):
+        if self._b_static is not None:
+            return self._b_static
+        return self._pin_b(self.setup.pin_target(frame)[self.pinned])
+
+    def _floor(self):
+        sub = self.sub
+        self.has_floor = self.setup.floor_z is not None
+        idx = sub.contact
+        self.contact_V = self.V[torch.as_tensor(idx)]                   # [Kc,3,d]
+        self.contact_rest = _t(sub.rest[idx], self.device)              # [Kc,3]
+        self.contact_mass = 1.0 / len(idx)                              # the samples carry the body
+        self.floor_k = FLOOR_OMEGA2
+        self.friction = FLOOR_FRICTION
+        self.floor = 0.0 if not self.has_floor else float((self.setup.floor_z - sub.norm.centre[2]) / self.scale)
 
     def forcing(self, frame):
         """Generalised gravity + painted accelerations applied from `frame` to `frame + 1`."""
         f = self.f_gravity
         if self.setup.accel_table is not None:
             a = self.setup.accel_table[min(frame, len(self.setup.accel_table) - 1)]
-            return f + generalized(self.red, self.mt, self._t(a / self.scale))
+            return f + self.vertex_force(a / self.scale)
         for profile, term in self.force_terms:
             s = profile_value(profile, frame, self.setup.dt)
             if s != 0.0:
                 f = f + s * term
         return f
 
-    def pin_b(self, frame):
-        if self._b_static is not None:
-            return self._b_static
-        return self._pin_b(self.setup.pin_target(frame)[self.pinned.cpu().numpy()])
+    # ----- decoding
 
-    def context(self, frame, q_n, qd_n, h, integrator="backward_euler"):
-        """The step context of `dynamics.step_energy` for the step frame -> frame + 1."""
-        m = self.setup.material
-        base = {"s": self.red.s, "mat": self.red.material, "B": self.red.B}
-        Hd = elastic_hessian(self.model.potential, q_n, base) if m["damping"] > 0 else torch.zeros_like(self.P)
-        ctx = dict(base, q_n=q_n, qd_n=qd_n, h=torch.tensor(h, dtype=DTYPE, device=self.device),
-                   w0sq=torch.tensor(self.w0sq, dtype=DTYPE, device=self.device),
-                   f=self.forcing(frame), P=self.P, b=self.pin_b(frame + 1),
-                   alpha=torch.tensor(m["air_damping"], dtype=DTYPE, device=self.device),
-                   beta=torch.tensor(m["damping"], dtype=DTYPE, device=self.device), Hd=Hd,
-                   phi_c=self.phi_c, z_c=self.z_c, floor=torch.tensor(self.floor, dtype=DTYPE, device=self.device),
-                   has_floor=torch.tensor(0.0 if self.setup.floor_z is None else 1.0, dtype=DTYPE, device=self.device))
-        z = ctx["z_c"] + ctx["phi_c"][:, :, 2] @ q_n
-        ctx["contact"] = (z < ctx["floor"]).to(DTYPE) * ctx["has_floor"]
-        return ctx
+    def decode_norm(self, q):
+        return _t(self.sub.rest, self.device) + torch.einsum("nid,...d->...ni", self.V, q)
 
     def decode_metres(self, q):
-        return self.mt.norm.inverse(decode(self.red, self.mt, q).detach().cpu().numpy().astype(np.float64))
+        q = q.detach().cpu().numpy() if isinstance(q, torch.Tensor) else np.asarray(q)
+        return self.sub.norm.inverse(self.sub.decode(q))

@@ -1,0 +1,274 @@
+"""The latent space of one mesh: a skinning subspace of affine handles.
+
+    x(X; q) = X + sum_h w_h(X) (A_h Xc + b_h),     Xc = X - centroid
+
+Each handle h carries a full affine transform (A_h, b_h): 12 generalised coordinates. Its
+weight function w_h is smooth over the body: the h-th lowest eigenfunction of a Laplacian
+(over a coarse embedding lattice for solids, over the mesh itself for cloth), refined by the
+learned weight field (`model.WeightField`). The first weight is constant, so the first handle
+moves the whole body rigidly (or affinely): tumbling, swinging and falling cost no strain.
+Higher handles bend and twist regions, each rotating its region to first order.
+
+Positions are linear in q, so everything the dynamics needs reduces once per mesh: the
+coordinates are re-expressed in a mass-orthonormal basis (kinetic energy 1/2 |q'|^2), and
+`vertex_basis` [N,3,d] decodes any vertex count at the same cost per latent step. Lengths are
+normalised by the bounding-box diagonal L (see `core.geometry.Normalisation`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from ..core.geometry import (Normalisation, farthest_point_sample, is_closed, lumped_vertex_areas, triangle_areas,
+                             winding_numbers)
+
+CORNERS = np.array([[i, j, k] for i in (0, 1) for j in (0, 1) for k in (0, 1)])   # bit order x, y, z
+
+
+# --------------------------------------------------------------------------- embedding lattice (solids)
+
+@dataclass
+class Lattice:
+    """Cubic cells covering a closed mesh: nodes, the 8 nodes of each cell, trilinear W (vertex <- nodes)."""
+    nodes: np.ndarray         # [n,3]
+    cell_nodes: np.ndarray    # [C,8]
+    cell_size: float
+    inside_share: np.ndarray  # [C] fraction of each cell's volume inside the surface (mass)
+    W: sp.csr_matrix          # [N,n]
+
+
+def build_lattice(rest, faces, cells: int) -> Lattice:
+    lo, hi = rest.min(axis=0), rest.max(axis=0)
+    size = float((hi - lo).max()) / cells
+    counts = np.maximum(np.ceil((hi - lo) / size - 1e-9).astype(int), 1)
+    lo = 0.5 * (lo + hi) - 0.5 * counts * size
+    vidx = np.clip(np.floor((rest - lo) / size).astype(int), 0, counts - 1)
+    surface = np.concatenate([rest, rest[faces].mean(axis=1)]) if len(faces) else rest
+    sidx = np.clip(np.floor((surface - lo) / size).astype(int), 0, counts - 1)
+    if is_closed(faces):
+        # share of a cell inside the surface, from its 8 corners and its centre
+        corners = np.argwhere(np.ones(counts + 1, dtype=bool))
+        inside_c = (winding_numbers(lo + corners * size, rest, faces) > 0.5).reshape(*(counts + 1))
+        centres = np.argwhere(np.ones(counts, dtype=bool))
+        inside_m = (winding_numbers(lo + (centres + 0.5) * size, rest, faces) > 0.5).reshape(*counts)
+        share = inside_m.astype(float)
+        for c in CORNERS:
+            share = share + inside_c[c[0]:c[0] + counts[0], c[1]:c[1] + counts[1], c[2]:c[2] + counts[2]]
+        share = share / 9.0
+    else:  # an open surface simulated as a solid: a shell as thick as the cells that hold it
+        share = np.zeros(counts)
+    occupied = share > 0
+    occupied[sidx[:, 0], sidx[:, 1], sidx[:, 2]] = True
+    cell_ids = np.argwhere(occupied)
+    grid = (cell_ids[:, None, :] + CORNERS[None]).reshape(-1, 3)
+    key = (grid[:, 0] * (counts[1] + 1) + grid[:, 1]) * (counts[2] + 1) + grid[:, 2]
+    uniq, inverse = np.unique(key, return_inverse=True)
+    cell_nodes = inverse.reshape(-1, 8)
+    node_grid = np.zeros((len(uniq), 3), dtype=int)
+    node_grid[inverse] = grid
+    lookup = -np.ones(counts, dtype=int)
+    lookup[cell_ids[:, 0], cell_ids[:, 1], cell_ids[:, 2]] = np.arange(len(cell_ids))
+    t = (rest - lo) / size - vidx
+    cell = lookup[vidx[:, 0], vidx[:, 1], vidx[:, 2]]
+    rows = np.repeat(np.arange(len(rest)), 8)
+    vals = np.stack([np.where(c[0], t[:, 0], 1 - t[:, 0]) * np.where(c[1], t[:, 1], 1 - t[:, 1])
+                     * np.where(c[2], t[:, 2], 1 - t[:, 2]) for c in CORNERS], axis=1).ravel()
+    W = sp.csr_matrix((vals, (rows, cell_nodes[cell].ravel())), shape=(len(rest), len(uniq)))
+    share = np.maximum(share[occupied], 1.0 / 9.0)   # a cell the surface passes through holds some mass
+    return Lattice(lo + node_grid * size, cell_nodes, size, share, W)
+
+
+def trilinear_gradients(cell_size: float) -> np.ndarray:
+    """d N_a / dX at a cell's centre for its 8 corners [8,3] (one-point cubature per cell)."""
+    sign = 2.0 * CORNERS - 1.0
+    return sign * 0.25 / cell_size
+
+
+# --------------------------------------------------------------------------- smooth weights
+
+def lattice_laplacian(cell_nodes, n):
+    pairs = []
+    for a in range(8):
+        for axis in range(3):
+            b = a | (4 >> axis)
+            if b != a:
+                pairs.append(cell_nodes[:, [a, b]])
+    e = np.unique(np.sort(np.concatenate(pairs), axis=1), axis=0)
+    return graph_laplacian(e, n)
+
+
+def mesh_laplacian(faces, n):
+    e = np.unique(np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1), axis=0)
+    return graph_laplacian(e, n)
+
+
+def graph_laplacian(edges, n):
+    A = sp.coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(n, n))
+    A = (A + A.T).tocsr()
+    return (sp.diags(np.asarray(A.sum(axis=1)).ravel()) - A).tocsr()
+
+
+def smooth_weights(L, mass, count: int) -> np.ndarray:
+    """The `count` lowest eigenfunctions of L phi = lambda M phi [n, count], the constant first,
+    each scaled to a largest magnitude of 1."""
+    n = L.shape[0]
+    count = min(count, n - 1)
+    M = sp.diags(mass / mass.mean())
+    if n <= 2500:
+        _, vecs = scipy.linalg.eigh(L.toarray(), M.toarray(), subset_by_index=[0, count - 1])
+    else:
+        _, vecs = spla.eigsh(L.tocsc(), k=count, M=M.tocsc(), sigma=-1e-3, which="LM")
+    vecs[:, 0] = 1.0
+    return vecs / np.abs(vecs).max(axis=0, keepdims=True)
+
+
+# --------------------------------------------------------------------------- the subspace of one mesh
+
+@dataclass
+class Subspace:
+    kind: str                     # "solid" | "cloth"
+    norm: Normalisation
+    rest: np.ndarray              # [N,3] normalised rest vertices
+    faces: np.ndarray
+    nodes: np.ndarray             # [n,3] normalised rest nodes (lattice nodes; mesh vertices for cloth)
+    node_mass: np.ndarray         # [n] mass fractions (sum 1)
+    W: sp.csr_matrix              # [N,n] vertices from nodes
+    weights: np.ndarray           # [n,H] handle weights at the nodes
+    node_basis: np.ndarray        # [n,3,d] mass-orthonormal node displacement basis
+    vertex_basis: np.ndarray      # [N,3,d]
+    cell_nodes: np.ndarray | None   # solids: [C,8] cells (cubature samples: the chosen cells)
+    cell_size: float
+    cell_volume: np.ndarray | None  # [C] volume fractions of the chosen cells (sum 1)
+    triangles: np.ndarray | None    # cloth: [K,3] sample triangles (node indices)
+    triangle_area: np.ndarray | None  # [K] area fractions (sum 1)
+    bending: sp.csr_matrix | None   # cloth: [n,n] quadratic bending matrix (normalised units)
+    contact: np.ndarray           # [Kc] vertex indices where the floor is felt
+
+    @property
+    def dims(self) -> int:
+        return self.node_basis.shape[2]
+
+    def encode(self, x_norm) -> np.ndarray:
+        """Mass-weighted least-squares latent of vertex positions [N,3] (normalised)."""
+        m = self.vertex_mass
+        B = self.vertex_basis.reshape(-1, self.dims)
+        mw = np.repeat(m, 3)
+        lhs = B.T @ (mw[:, None] * B)
+        rhs = B.T @ (mw * (np.asarray(x_norm) - self.rest).ravel())
+        return np.linalg.solve(lhs + 1e-10 * np.eye(self.dims), rhs)
+
+    def decode(self, q) -> np.ndarray:
+        return self.rest + self.vertex_basis @ np.asarray(q)
+
+    @property
+    def vertex_mass(self) -> np.ndarray:
+        m = np.asarray(self.W.T.sum(axis=1)).ravel()
+        share = self.node_mass / np.maximum(m, 1e-30)
+        vm = self.W @ share
+        return vm / vm.sum()
+
+
+def handle_jacobian(points, centre, weights) -> np.ndarray:
+    """[P,3,12H]: displacement of each point per handle coordinate (A_h row-major, then b_h)."""
+    P, H = weights.shape
+    xc = points - centre
+    J = np.zeros((P, 3, H, 12))
+    for i in range(3):
+        J[:, i, :, 3 * i:3 * i + 3] = weights[:, :, None] * xc[:, None, :]
+        J[:, i, :, 9 + i] = weights
+    return J.reshape(P, 3, 12 * H)
+
+
+def mass_orthonormal(J, mass, drop=1e-9) -> np.ndarray:
+    """Columns spanning the same displacements as J [n,3,k], with J^T diag(m) J = I; directions
+    the nodes cannot feel (e.g. stretching across a flat sheet) are dropped."""
+    flat = J.reshape(-1, J.shape[2])
+    mw = np.repeat(mass, 3)
+    G = flat.T @ (mw[:, None] * flat)
+    vals, vecs = np.linalg.eigh(G)
+    keep = vals > drop * vals.max()
+    T = vecs[:, keep] / np.sqrt(vals[keep])
+    return (flat @ T).reshape(J.shape[0], 3, -1)
+
+
+def bending_matrix(x, faces) -> sp.csr_matrix:
+    """Quadratic isometric bending (Bergou et al. 2006) as an [n,n] matrix: energy 1/2 u^T Q u per
+    coordinate. Rigid motions cost nothing (Q annihilates them), so it reduces exactly."""
+    e = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
+    opposite = np.concatenate([faces[:, 2], faces[:, 0], faces[:, 1]])
+    key = np.sort(e, axis=1)
+    order = np.lexsort((key[:, 1], key[:, 0]))
+    key, opposite, e = key[order], opposite[order], e[order]
+    same = np.all(key[1:] == key[:-1], axis=1)
+    first = np.nonzero(same)[0]
+    i0, i1 = key[first, 0], key[first, 1]
+    o0, o1 = opposite[first], opposite[first + 1]
+
+    def cot(a, b):
+        return np.einsum("ij,ij->i", a, b) / np.maximum(np.linalg.norm(np.cross(a, b), axis=1), 1e-12)
+
+    x0, x1, x2, x3 = x[i0], x[i1], x[o0], x[o1]
+    e0, e1, e2, e3, e4 = x1 - x0, x2 - x0, x3 - x0, x2 - x1, x3 - x1
+    c01, c02, c03, c04 = cot(e0, e1), cot(e0, e2), cot(-e0, e3), cot(-e0, e4)
+    K = np.stack([c03 + c04, c01 + c02, -c01 - c03, -c02 - c04], axis=1)
+    area = 0.5 * (np.linalg.norm(np.cross(e0, e1), axis=1) + np.linalg.norm(np.cross(e0, e2), axis=1))
+    Q = 3.0 / np.maximum(area, 1e-12)[:, None, None] * K[:, :, None] * K[:, None, :]
+    idx = np.stack([i0, i1, o0, o1], axis=1)
+    rows = np.repeat(idx, 4, axis=1).ravel()
+    cols = np.tile(idx, (1, 4)).ravel()
+    return sp.csr_matrix((Q.ravel(), (rows, cols)), shape=(len(x), len(x)))
+
+
+def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, samples: int,
+                   contact_samples: int, weight_field=None) -> Subspace:
+    """Everything one mesh needs, once: nodes, masses, smooth handle weights, the mass-orthonormal
+    basis, the cubature samples of the elastic energy, the bending matrix (cloth), contact samples.
+    `weight_field(points, weights) -> weights` is the learned refinement (None: eigenfunctions only)."""
+    norm = Normalisation.of(rest)
+    x = norm.forward(rest)
+    faces = np.asarray(faces, dtype=np.int64)
+    solid = kind == "solid"
+    if solid:
+        lat = build_lattice(x, faces, lattice_cells)
+        nodes, W = lat.nodes, lat.W
+        cell_mass = lat.inside_share
+        node_mass = np.zeros(len(nodes))
+        np.add.at(node_mass, lat.cell_nodes.ravel(), np.repeat(cell_mass / 8.0, 8))
+        L = lattice_laplacian(lat.cell_nodes, len(nodes))
+    else:
+        nodes, W = x, sp.identity(len(x), format="csr")
+        node_mass = lumped_vertex_areas(x, faces) if len(faces) else np.ones(len(x))
+        node_mass = np.where(node_mass > 0, node_mass, max(node_mass.max(), 1e-12) * 1e-3)
+        L = mesh_laplacian(faces, len(x))
+    node_mass = node_mass / node_mass.sum()
+    weights = smooth_weights(L, node_mass, handles)
+    if weight_field is not None:
+        weights = weight_field(nodes, weights)
+    centre = (node_mass[:, None] * nodes).sum(axis=0)
+    node_basis = mass_orthonormal(handle_jacobian(nodes, centre, weights), node_mass)
+    d = node_basis.shape[2]
+    vertex_basis = (W @ node_basis.reshape(len(nodes), -1)).reshape(len(x), 3, d)
+    contact = farthest_point_sample(x, contact_samples)
+    common = dict(kind="solid" if solid else "cloth", norm=norm, rest=x, faces=faces, nodes=nodes,
+                  node_mass=node_mass, W=W, weights=weights, node_basis=node_basis, vertex_basis=vertex_basis,
+                  contact=np.unique(contact))
+    if solid:
+        chosen = np.arange(len(lat.cell_nodes))
+        if len(chosen) > samples:
+            centres = nodes[lat.cell_nodes].mean(axis=1)
+            chosen = np.sort(farthest_point_sample(centres, samples))
+        # cubature: the chosen cells stand for the whole body's volume
+        vol = lat.inside_share[chosen]
+        return Subspace(**common, cell_nodes=lat.cell_nodes[chosen], cell_size=lat.cell_size,
+                        cell_volume=vol / vol.sum(), triangles=None, triangle_area=None, bending=None)
+    area = triangle_areas(x, faces)
+    chosen = np.arange(len(faces))
+    if len(chosen) > samples:
+        chosen = np.sort(farthest_point_sample(x[faces].mean(axis=1), samples))
+    a = area[chosen]
+    return Subspace(**common, cell_nodes=None, cell_size=0.0, cell_volume=None, triangles=faces[chosen],
+                    triangle_area=a / a.sum(), bending=bending_matrix(x, faces))
