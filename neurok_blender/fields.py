@@ -88,5 +88,5 @@ def effector(params: dict, matrices, strengths, influence: float = 1.0):
 def field_accel(points, matrix, p: dict, strength: float | None = None):
     """Acceleration [N,3] (m/s²) of one field at world points for one world matrix (no surface, no velocity)."""
     import numpy as np
-    e = effector(p, np.asarray(matrix)[None], [p["strength"] if strength is None else strength])
+    e = effector({"name": "field", **p}, np.asarray(matrix)[None], [p["strength"] if strength is None else strength])
     return efields.accel(e, 0, points)

@@ -130,7 +130,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
     fields = importlib.import_module(PKG + ".fields")
     with check("engine_vendored"):
         assert link.VENDORED, "engine was not vendored"
-        assert link.engine.__name__ == PKG + ".engine", link.engine.__name__
+        assert link.formats.__name__ == PKG + ".engine.core.formats", link.formats.__name__
         assert (Path(addon.__file__).parent / "assets").is_dir()
 
     scene = bpy.context.scene
