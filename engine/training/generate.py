@@ -26,7 +26,7 @@ from .shapes import FAMILIES, SHEET_FAMILIES, make_shape
 HELDOUT_FAMILIES = ("capsule", "torus")
 VALIDATION_SHARE = 0.1
 SCENARIOS = ("drop", "push", "poke", "wind", "squeeze", "twist", "swing")
-GENERATOR_LATTICE = 8          # coarser than the default reference: training data in minutes
+GENERATOR_LATTICE = 4          # quadratic cells (9 nodes a side), coarser than the default reference (6)
 GENERATOR_SUBSTEP = 1.0 / 48.0
 
 

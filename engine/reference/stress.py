@@ -1,0 +1,133 @@
+"""Stress cases of the reference solid: large compression must not lose volume, and an elastic
+body must spring back once the load is gone.
+
+- `jelly_poke`: the bundled jelly demo (a 150 m/s^2 impulse on the top for two frames: 12.5 m/s
+  of velocity change on a 3 kPa body) and the same jelly left alone, measured per frame;
+- `sweep`: pokes and squeezes at 1x, 10x and 100x the top of the training generator's range on
+  Poisson ratios 0.3, 0.45 and 0.49: least volume, NaN, recovery two seconds after the load.
+
+    .venv/bin/python -m engine.reference.stress --mesh assets/samples/jelly.obj --json sweep.json
+
+prints the sweep as a markdown table (docs/PHYSICS.md quotes it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from ..core.errors import SimulationFault
+from ..core.formats import read_mesh
+from ..core.measures import MeshMeasures
+from ..core.scene import setup_from_scene
+from .simulator import ReferenceSimulator
+
+DT = 1.0 / 24.0
+RECOVERY_FRAMES = 48            # two seconds after the load ends
+TRAINING_POKE = 300.0           # m/s^2, top of engine/training/generate.py's poke range (1 frame)
+TRAINING_SQUEEZE = 60.0         # m/s^2, top of its squeeze range (constant)
+SQUEEZE_FRAMES = 12
+
+
+def jelly_scene(poke=150.0, poisson=None, frames=8 + RECOVERY_FRAMES + 1, start=6, end=8):
+    """The jelly demo scene (assets/scenes/jelly_poke.json) with a poke of `poke` m/s^2."""
+    material = {"preset": "jelly"}
+    if poisson is not None:
+        material["poisson"] = poisson
+    forces = [] if not poke else [{"select": {"sphere": {"center": [0.5, 0.5, 1.0], "radius": 0.3}},
+                                   "accel": [0, 0, -poke], "profile": {"type": "impulse", "start": start, "end": end}}]
+    return {"format": "neurok.scene/1", "frames": frames, "dt": DT, "gravity": [0, 0, -9.81],
+            "material": material, "pins": [], "forces": forces, "floor": {"z": "FLOOR"}}
+
+
+def squeeze_scene(accel, poisson, frames=SQUEEZE_FRAMES + RECOVERY_FRAMES + 1):
+    """Opposite pushes on the two x-ends (a quarter of the body each) for SQUEEZE_FRAMES frames."""
+    forces = [] if not accel else [
+        {"select": {"box": {"min": [0, 0, 0], "max": [0.25, 1, 1]}}, "accel": [accel, 0, 0],
+         "profile": {"type": "constant", "end": SQUEEZE_FRAMES}},
+        {"select": {"box": {"min": [0.75, 0, 0], "max": [1, 1, 1]}}, "accel": [-accel, 0, 0],
+         "profile": {"type": "constant", "end": SQUEEZE_FRAMES}}]
+    return {"format": "neurok.scene/1", "frames": frames, "dt": DT, "gravity": [0, 0, -9.81],
+            "material": {"preset": "jelly", "poisson": poisson}, "pins": [], "forces": forces,
+            "floor": {"z": "FLOOR"}}
+
+
+def run_measured(mesh, scene, lattice_cells):
+    """Run a scene (its floor at the mesh's lowest point) and measure every frame: enclosed
+    volume over rest, height, and at the end the share of inverted quadrature points."""
+    scene = json.loads(json.dumps(scene).replace('"FLOOR"', repr(float(mesh.vertices[:, 2].min()))))
+    setup = setup_from_scene(mesh, scene)
+    sim = ReferenceSimulator(setup, lattice_cells=lattice_cells)
+    measures = MeshMeasures(setup.rest, setup.faces)
+    volume, height, finite, frames = [], [], True, None
+    t0 = time.perf_counter()
+    try:
+        for x in sim.iter_frames():
+            volume.append(measures.frame(x)["volume_ratio"])
+            height.append(float(np.ptp(x[:, 2])))
+            frames = x
+    except SimulationFault:
+        finite = False
+    return {"volume": np.array(volume), "height": np.array(height), "finite": finite,
+            "inverted_end": sim.inverted_share() if finite else 1.0, "last": frames,
+            "seconds": time.perf_counter() - t0}
+
+
+def recovery(run, resting):
+    """Figures of a loaded run against the same body left alone, at the last frame."""
+    return {"min_volume": float(run["volume"].min()), "end_volume": float(run["volume"][-1]),
+            "end_height_vs_resting": float(run["height"][-1] / resting["height"][-1]),
+            "inverted_end": run["inverted_end"], "finite": run["finite"]}
+
+
+def recovered(r, tol=0.05):
+    return (r["finite"] and r["min_volume"] >= 0.5 and abs(r["end_volume"] - 1.0) <= tol
+            and abs(r["end_height_vs_resting"] - 1.0) <= tol and r["inverted_end"] == 0.0)
+
+
+def sweep(mesh, lattice_cells=3, multipliers=(1, 10, 100), poissons=(0.3, 0.45, 0.49), log=print):
+    rows = []
+    for nu in poissons:
+        rest_poke = run_measured(mesh, jelly_scene(poke=0.0, poisson=nu, start=1, end=2,
+                                                   frames=2 + RECOVERY_FRAMES + 1), lattice_cells)
+        rest_squeeze = run_measured(mesh, squeeze_scene(0.0, nu), lattice_cells)
+        for m in multipliers:
+            for case, scene, resting in (
+                    ("poke", jelly_scene(poke=m * TRAINING_POKE, poisson=nu, start=1, end=2,
+                                         frames=2 + RECOVERY_FRAMES + 1), rest_poke),
+                    ("squeeze", squeeze_scene(m * TRAINING_SQUEEZE, nu), rest_squeeze)):
+                run = run_measured(mesh, scene, lattice_cells)
+                row = dict(case=case, multiplier=m, poisson=nu, seconds=run["seconds"], **recovery(run, resting))
+                row["recovered"] = recovered(row)
+                rows.append(row)
+                log(table_row(row))
+    return rows
+
+
+TABLE_HEAD = ("| case | × training top | ν | min volume | volume 2 s after | height vs resting | "
+              "inverted at end | finite | recovered |\n|---|---|---|---|---|---|---|---|---|")
+
+
+def table_row(r):
+    return (f"| {r['case']} | {r['multiplier']}× | {r['poisson']} | {r['min_volume']:.3f} | {r['end_volume']:.3f} | "
+            f"{r['end_height_vs_resting']:.3f} | {r['inverted_end']:.1%} | {'yes' if r['finite'] else 'NaN'} | "
+            f"{'yes' if r['recovered'] else 'no'} |")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mesh", default="assets/samples/jelly.obj")
+    ap.add_argument("--lattice-cells", type=int, default=3)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    print(TABLE_HEAD, flush=True)
+    rows = sweep(read_mesh(args.mesh), args.lattice_cells, log=lambda s: print(s, flush=True))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The reference solid under large deformation and in bending: stable neo-Hookean on quadratic
+tetrahedra (engine/reference/solid.py), pins that hold the painted region, and the jelly stress
+case of issue 10. Figures are quoted in docs/PHYSICS.md; run with -s to see them:
+    .venv/bin/python -m pytest -q -s tests/test_reference_solid.py
+"""
+import numpy as np
+import pytest
+
+from engine.core.formats import read_mesh
+from engine.core.scene import setup_from_scene
+from engine.reference.lattice import Lattice
+from engine.reference.simulator import ReferenceSimulator
+from engine.reference.solid import StableNeoHookean, cofactor, projected_pointwise_hessian
+from engine.reference.stress import (RECOVERY_FRAMES, TRAINING_SQUEEZE, jelly_scene, recovered, recovery,
+                                     run_measured, squeeze_scene)
+from engine.training.shapes import _box_lattice
+
+G = 9.81
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def bar_mesh(size, counts):
+    unit, faces = _box_lattice(counts)
+    from engine.core.formats import Mesh
+    return Mesh((unit + 1.0) / 2.0 * np.asarray(size, float), faces)
+
+
+def box_pin(axis, lo, hi):
+    a, b = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
+    a[axis], b[axis] = lo, hi
+    return {"select": {"box": {"min": a, "max": b}}, "strength": 1.0}
+
+
+# --------------------------------------------------------------------------- the material itself
+
+def test_pointwise_hessian_is_the_exact_second_derivative_before_projection():
+    mu, lam = 1.0, 7.0
+    rng = np.random.default_rng(1)
+    F = np.eye(3) * 0.9 + 0.2 * rng.standard_normal((3, 3))
+    c = lambda F_: mu * (np.linalg.det(F_) - 2.0) + lam * (np.linalg.det(F_) - 1.0)   # noqa: E731
+    P = lambda F_: mu * F_ + c(F_) * cofactor(F_)                        # noqa: E731
+    eps, fd = 1e-6, np.zeros((9, 9))
+    for a in range(9):
+        d = np.zeros(9); d[a] = eps
+        fd[:, a] = ((P(F + d.reshape(3, 3)) - P(F - d.reshape(3, 3))) / (2 * eps)).ravel()
+    H = projected_pointwise_hessian(F[None], mu, np.array([c(F)]), lam + mu, clamp=False)[0]
+    np.testing.assert_allclose(H, fd, atol=1e-6 * np.abs(fd).max())
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_energy_gradient_matches_finite_differences_and_hessian_is_psd_when_inverted(order):
+    unit, faces = _box_lattice((2, 2, 2))
+    rest = (unit + 1) / 2 * np.array([0.3, 0.2, 0.2])
+    lat = Lattice(rest, faces, cells=2, order=order)
+    model = StableNeoHookean(lat.nodes, lat.tets, 1e5, 0.45, order=order)
+    rng = np.random.default_rng(0)
+    e0, g0, _ = model.energy_grad_hess(lat.nodes)
+    assert abs(e0) < 1e-9 and np.abs(g0).max() < 1e-8, "rest is stress free"
+    y = lat.nodes @ np.array([[1.2, 0.1, 0], [0.05, 0.7, 0.1], [0, 0.02, 1.1]]).T + 0.01 * rng.standard_normal(lat.nodes.shape)
+    _, g, _ = model.energy_grad_hess(y)
+    d, eps = rng.standard_normal(y.shape), 1e-6
+    fd = (model.energy_grad_hess(y + eps * d, False)[0] - model.energy_grad_hess(y - eps * d, False)[0]) / (2 * eps)
+    assert fd == pytest.approx(g @ d.ravel(), rel=1e-6)
+    inverted = lat.nodes * np.array([1.0, 1.0, -0.3]) + 0.02 * rng.standard_normal(y.shape)
+    _, _, H = model.energy_grad_hess(inverted)
+    eig = np.linalg.eigvalsh(H.toarray())
+    assert eig.min() > -1e-9 * eig.max()
+
+
+def test_a_crushed_inverted_block_springs_back_to_its_rest_shape():
+    """Every node of a rubber block is flattened through itself (z -> -0.2 z, all elements
+    inverted) and released without gravity: it returns to its rest volume, none inverted."""
+    mesh = bar_mesh((0.2, 0.2, 0.2), (2, 2, 2))
+    setup = setup_from_scene(mesh, {"format": "neurok.scene/1", "frames": 49, "dt": 1 / 24, "gravity": [0, 0, 0],
+                                    "material": {"preset": "rubber", "poisson": 0.45, "damping": 0.02}})
+    sim = ReferenceSimulator(setup, lattice_cells=2)
+    c = sim.y.mean(axis=0)
+    sim.y = c + (sim.y - c) * np.array([1.0, 1.0, -0.2])
+    assert sim.inverted_share() == 1.0
+    for _ in range(48):
+        sim.step_frame()
+    ratio = sim.elastic.volume_ratio(sim.y)
+    print(f"\n[k] block crushed inside out to -20 % height: volume after 2 s {ratio:.3f}, "
+          f"inverted share {sim.inverted_share():.1%}")
+    assert sim.inverted_share() == 0.0
+    assert ratio == pytest.approx(1.0, abs=0.02)
+
+
+# --------------------------------------------------------------------------- bending and pins
+
+def _cantilever_tip(poisson, cells=None, order=2):
+    """Blender's bar laid horizontally (1.0 x 0.1 x 0.1 m, a vertex ring every centimetre),
+    E = 200 MPa, rho = 1000, clamped over its first 3 %: static tip deflection (m)."""
+    mesh = bar_mesh((1.0, 0.1, 0.1), (100, 1, 1))
+    sc = {"format": "neurok.scene/1", "frames": 1, "dt": 1 / 24,
+          "material": {"kind": "solid", "stiffness": 2e8, "density": 1000.0, "poisson": poisson},
+          "pins": [box_pin(0, 0.0, 0.03)]}
+    kw = {} if cells is None else {"lattice_cells": cells}
+    sim = ReferenceSimulator(setup_from_scene(mesh, sc), order=order, **kw)
+    x = sim.solve_static()
+    tip = mesh.vertices[:, 0] > 1.0 - 1e-9
+    return -float((x[tip, 2] - mesh.vertices[tip, 2]).mean())
+
+
+def euler_bernoulli_tip(L=0.97, h=0.1, E=2e8, rho=1000.0):
+    """q L^4 / (8 E I), q = rho g b h, I = b h^3 / 12."""
+    return 1.5 * rho * G * L ** 4 / (E * h ** 2)
+
+
+@pytest.mark.parametrize("poisson", [0.3, 0.49])
+def test_cantilever_deflects_as_euler_bernoulli_at_the_default_resolution(poisson):
+    tip, theory = _cantilever_tip(poisson), euler_bernoulli_tip()
+    print(f"[l] cantilever 1.0x0.1x0.1 m, E=200 MPa, nu={poisson}, clamped over 3 %: tip {tip * 1e3:.3f} mm, "
+          f"Euler-Bernoulli (L=0.97 m) {theory * 1e3:.3f} mm, error {100 * (tip / theory - 1):+.1f} %")
+    assert tip == pytest.approx(theory, rel=0.05)
+
+
+def test_blender_bar_pinned_over_its_top_3_percent_stretches_by_its_free_length():
+    mesh = bar_mesh((0.1, 0.1, 1.0), (1, 1, 100))
+    sc = {"format": "neurok.scene/1", "frames": 1, "dt": 1 / 24,
+          "material": {"kind": "solid", "stiffness": 2e5, "density": 1000.0, "poisson": 0.3},
+          "pins": [box_pin(2, 0.97, 1.0)]}
+    sim = ReferenceSimulator(setup_from_scene(mesh, sc))
+    x = sim.solve_static()
+    bottom = mesh.vertices[:, 2] < 1e-9
+    stretch = -float((x[bottom, 2] - mesh.vertices[bottom, 2]).mean())
+    theory = 1000.0 * G * 0.97 ** 2 / (2 * 2e5)
+    print(f"[m] Blender bar 0.1x0.1x1 m, E=200 kPa, nu=0.3, pinned top 3 %: stretch {stretch * 1e3:.2f} mm, "
+          f"rho g L^2/2E with L=0.97 m: {theory * 1e3:.2f} mm, error {100 * (stretch / theory - 1):+.1f} %")
+    assert stretch == pytest.approx(theory, rel=0.03)
+    pinned = setup_from_scene(mesh, sc).pin_weight > 0
+    assert np.abs(x[pinned] - mesh.vertices[pinned]).max() < 1e-4, "the painted slab does not move"
+
+
+# --------------------------------------------------------------------------- large compression
+
+JELLY_CELLS = 3   # the stress tests run on a coarse lattice (8^3 nodes) to stay fast
+
+
+def test_jelly_hammer_blow_keeps_its_volume_and_springs_back():
+    """The demo jelly hit on top by 150 m/s^2 for two frames (12.5 m/s on a 3 kPa body)."""
+    mesh = read_mesh(ROOT / "assets" / "samples" / "jelly.obj")
+    poked = run_measured(mesh, jelly_scene(poke=150.0), JELLY_CELLS)
+    resting = run_measured(mesh, jelly_scene(poke=0.0), JELLY_CELLS)
+    r = recovery(poked, resting)
+    print(f"[n] jelly hammer blow ({JELLY_CELLS} cells): least volume {r['min_volume']:.3f}, "
+          f"2 s after: volume {r['end_volume']:.3f}, height {r['end_height_vs_resting']:.3f} of the resting jelly, "
+          f"inverted {r['inverted_end']:.1%}")
+    assert r["finite"]
+    assert r["min_volume"] >= 0.5
+    assert r["end_volume"] == pytest.approx(1.0, abs=0.05)
+    assert r["end_height_vs_resting"] == pytest.approx(1.0, abs=0.05)
+    assert r["inverted_end"] == 0.0
+
+
+def test_squeeze_at_100x_the_training_range_on_nearly_incompressible_jelly_recovers():
+    """A slice of the sweep in docs/PHYSICS.md (engine/reference/stress.py): nu = 0.49."""
+    mesh = read_mesh(ROOT / "assets" / "samples" / "jelly.obj")
+    resting = run_measured(mesh, squeeze_scene(0.0, 0.49), JELLY_CELLS)
+    run = run_measured(mesh, squeeze_scene(100 * TRAINING_SQUEEZE, 0.49), JELLY_CELLS)
+    r = recovery(run, resting)
+    print(f"[o] squeeze 100x training, nu=0.49: least volume {r['min_volume']:.3f}, 2 s after {r['end_volume']:.3f}, "
+          f"height {r['end_height_vs_resting']:.3f} of resting")
+    assert len(run["volume"]) == 12 + RECOVERY_FRAMES + 1
+    assert recovered(r), r
