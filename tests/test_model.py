@@ -1,14 +1,15 @@
-"""The learned engine's structure and physics, checked on an untrained model (fixed seed).
+"""The learned engine's structure and physics, checked on an untrained model (the classical
+density it starts from; training only adds a correction that keeps every property below).
 
-Everything here follows from how the model is built, not from training: q = 0 is the rest
-shape, the basis is mass-orthonormal with exact translation modes, the elastic potential is
-non-negative and blind to translation, the stiffness/density sliders act as physics says, the
-implicit midpoint integrator keeps energy, the step guard turns a NaN into `SimulationFault`,
-and checkpoints load without running code. Small meshes (a few hundred vertices) keep it fast.
+Everything here follows from how the model is built: q = 0 is the rest shape, the basis is
+mass-orthonormal, rigid motions are exact and cost no energy, the energy is zero at rest,
+non-negative and keeps every sample from inverting, the step's gradient is the gradient of its
+incremental potential, the sliders act as physics says, the integrators keep (or never gain)
+energy, two resolutions of a shape move alike, the step guard turns a NaN into
+`SimulationFault`, and checkpoints load without running code. Small meshes keep it fast.
 """
 from __future__ import annotations
 
-import copy
 import io
 import os
 
@@ -16,16 +17,16 @@ import numpy as np
 import pytest
 import torch
 
-from engine.learned import fastpath
 from engine.api import SimulationFault
-from engine.learned.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
-from engine.learned.dynamics import DTYPE, decode, encode, potential_terms, step_energy, step_terms
 from engine.core.formats import FormatError
-from engine.core.geometry import vertex_mass_fractions
-from engine.learned.model import TRANSLATION_MODES, NeurokModel
-from engine.learned.latent_scene import LatentScene
-from engine.learned.runtime import NeurokEngine, NeurokRun
+from engine.core.measures import MeshMeasures
 from engine.core.scene import SCENE_FORMAT, setup_from_scene
+from engine.learned.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
+from engine.learned.latent_scene import LatentScene
+from engine.learned.materials import DTYPE
+from engine.learned.model import NeurokModel
+from engine.learned.runtime import NeurokEngine, NeurokRun
+from engine.learned.terms import StepContext, elastic, elastic_energy, total, total_energy
 from engine.training.shapes import make_sample, make_shape
 
 G = 9.81
@@ -81,201 +82,136 @@ def latent_scene(model, setup):
         return LatentScene(model, setup)
 
 
-def mass_matrix(scene):
-    return torch.einsum("n,nia,nja->ij", scene.mt.mu, scene.red.phi, scene.red.phi)
+def com(scene, xs):
+    """Mass-weighted centre of mass per frame (the engine's own vertex masses)."""
+    return np.einsum("n,...na->...a", scene.vertex_mass, xs)
 
 
-def vvalue(model, scene, q):
-    return model.potential(torch.as_tensor(np.asarray(q), dtype=DTYPE), scene.red.s, scene.red.material, scene.red.B)
+def rotation(angle, axis):
+    axis = np.asarray(axis, float) / np.linalg.norm(axis)
+    K = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
+    return np.eye(3) + np.sin(angle) * K + (1 - np.cos(angle)) * K @ K
 
 
-def com(xs, mesh):
-    """Mass-weighted centre of mass per frame (the engine's own lumping)."""
-    return np.einsum("n,...na->...a", vertex_mass_fractions(mesh.vertices, mesh.faces), xs)
-
-
-# --------------------------------------------------------------------------- decoder and basis
+# --------------------------------------------------------------------------- subspace
 
 @pytest.mark.parametrize("family,seed", SOLIDS + (("sheet", 0),))
 def test_zero_latent_is_the_rest_shape_and_rest_encodes_to_zero(model, family, seed):
     mesh = shape(family, seed)
     scene = latent_scene(model, make_setup(mesh))
-    d = model.cfg.latent
-    x = scene.decode_metres(torch.zeros(d, dtype=DTYPE))
-    assert np.abs(x - mesh.vertices).max() <= 1e-5 * diagonal(mesh)
-    assert float(scene.q0.abs().max()) < 1e-6                       # x0 = rest encodes to q = 0
-    # a rigidly shifted copy encodes to a pure translation of (shift / diagonal)
-    shift = np.array([0.3, -0.2, 0.5]) * diagonal(mesh)
-    q = encode(scene.red, scene.mt, torch.as_tensor(scene.mt.norm.forward(mesh.vertices + shift), dtype=DTYPE))
-    np.testing.assert_allclose(q[:3].numpy(), shift / scene.scale, atol=1e-6)
-    assert float(q[3:].abs().max()) < 1e-6
+    np.testing.assert_allclose(scene.decode_metres(np.zeros(scene.dims)), mesh.vertices, atol=1e-9 * diagonal(mesh))
+    assert float(torch.abs(scene.q0).max()) < 1e-9
 
 
-@pytest.mark.parametrize("family,seed", SOLIDS)
-def test_basis_is_mass_orthonormal_and_starts_with_translations(model, family, seed):
+@pytest.mark.parametrize("family,seed", SOLIDS + (("sheet", 0),))
+def test_basis_is_mass_orthonormal(model, family, seed):
     scene = latent_scene(model, make_setup(shape(family, seed)))
-    M = mass_matrix(scene)
-    assert float((M - torch.eye(M.shape[0], dtype=M.dtype)).abs().max()) < 1e-4
-    phi = scene.red.phi
-    for k in range(TRANSLATION_MODES):      # mode k moves every vertex by the same e_k
-        target = torch.zeros(3, dtype=phi.dtype)
-        target[k] = 1.0
-        assert float((phi[:, k, :] - target).abs().max()) < 1e-5
-    # the encoder is the exact projection: encode(decode(q)) = q
-    q = torch.as_tensor(np.random.default_rng(seed).normal(0.0, 0.05, model.cfg.latent), dtype=DTYPE)
-    back = encode(scene.red, scene.mt, decode(scene.red, scene.mt, q))
-    assert float((back - q).abs().max()) < 1e-4 * float(q.abs().max())
+    U = scene.sub.node_basis
+    M = np.einsum("n,nia,nib->ab", scene.sub.node_mass, U, U)
+    np.testing.assert_allclose(M, np.eye(scene.dims), atol=1e-8)
 
 
-def test_flat_sheet_basis_is_orthonormal_on_its_live_modes(model):
-    mesh = shape("sheet", 0)
+@pytest.mark.parametrize("family,seed", SOLIDS + (("sheet", 0),))
+def test_rigid_motions_are_exact_and_cost_no_energy(model, family, seed):
+    mesh = shape(family, seed)
     scene = latent_scene(model, make_setup(mesh))
-    M = mass_matrix(scene)
-    live = torch.diagonal(M) > 0.5
-    # a flat sheet has no thickness: the affine modes X_n e_k (n its normal) vanish; the rest
-    # stays orthonormal and the dead modes carry no mass
-    assert 3 <= int((~live).sum()) <= 3 + 1 and bool(live[:TRANSLATION_MODES].all())
-    eye = torch.eye(int(live.sum()), dtype=M.dtype)
-    assert float((M[live][:, live] - eye).abs().max()) < 1e-4
-    assert float(M[~live].abs().max()) < 1e-6
+    sub = scene.sub
+    R = rotation(0.9, [1.0, 2.0, 0.5])
+    shift = np.array([0.3, -0.2, 1.0]) / sub.norm.scale
+    centre = sub.rest.mean(0)
+    # exactly in the subspace: the rigid displacement of the nodes, projected (the basis is mass-orthonormal)
+    u = (sub.nodes - centre) @ R.T + centre + shift - sub.nodes
+    q = torch.as_tensor(np.einsum("n,nid,ni->d", sub.node_mass, sub.node_basis, u), dtype=DTYPE)
+    moved = (mesh.vertices - mesh.vertices.mean(0)) @ R.T + mesh.vertices.mean(0) + shift * sub.norm.scale
+    np.testing.assert_allclose(scene.decode_metres(q), moved, atol=1e-9 * diagonal(mesh))
+    e = elastic(q, None, scene)
+    assert abs(float(e.energy)) < 1e-12 * scene.w0sq
+    assert float(torch.abs(e.grad).max()) < 1e-9 * scene.w0sq
+    # and the encoder finds it from the vertices alone
+    np.testing.assert_allclose(scene.decode_metres(scene.encode(sub.norm.forward(moved))), moved, atol=1e-6 * diagonal(mesh))
 
 
-# --------------------------------------------------------------------------- potential
+# --------------------------------------------------------------------------- energy
 
-@pytest.fixture(scope="module")
-def box_scene(model):
-    return latent_scene(model, make_setup(shape("box", 1)))
-
-
-def test_elastic_potential_is_zero_at_rest_nonnegative_and_blind_to_translation(model, box_scene):
-    scene, d = box_scene, model.cfg.latent
-    zero = torch.zeros(d, dtype=DTYPE)
-    assert float(vvalue(model, scene, zero)) == 0.0
-    ctx = {"s": scene.red.s, "mat": scene.red.material, "B": scene.red.B}
-    v0, g0, _ = potential_terms(model.potential, zero, ctx)
-    assert abs(float(v0)) < 1e-20 and float(g0.abs().max()) < 1e-12
+@pytest.mark.parametrize("family,seed", (("box", 1), ("sheet", 0)))
+def test_elastic_energy_is_zero_at_rest_and_positive_elsewhere(model, family, seed):
+    scene = latent_scene(model, make_setup(shape(family, seed)))
+    zero = torch.zeros(scene.dims, dtype=DTYPE)
+    assert abs(float(elastic(zero, None, scene).energy)) < 1e-12
     rng = np.random.default_rng(0)
-    for scale in (1e-3, 0.05, 0.5, 3.0):
-        for _ in range(5):
-            q = rng.normal(0.0, scale, d)
-            v = float(vvalue(model, scene, q))
-            assert v > 0.0
-            for k in range(TRANSLATION_MODES):
-                moved = q.copy()
-                moved[k] += rng.normal(0.0, 2.0)
-                assert float(vvalue(model, scene, moved)) == pytest.approx(v, rel=1e-10, abs=1e-14)
+    for _ in range(20):
+        q = torch.as_tensor(rng.normal(0, 0.02, scene.dims), dtype=DTYPE)
+        assert float(elastic_energy(q, scene)) > 0.0
 
 
-def test_potential_terms_match_autograd(model, box_scene):
-    scene, d = box_scene, model.cfg.latent
-    ctx = {"s": scene.red.s, "mat": scene.red.material, "B": scene.red.B}
-    v = lambda q: model.potential(q, scene.red.s, scene.red.material, scene.red.B)  # noqa: E731
-    rng = np.random.default_rng(1)
-    for _ in range(3):
-        q = torch.as_tensor(rng.normal(0.0, 0.2, d), dtype=DTYPE)
-        value, grad, hess = potential_terms(model.potential, q, ctx)
-        assert float(value) == pytest.approx(float(v(q)), rel=1e-10)
-        torch.testing.assert_close(grad, torch.func.grad(v)(q), rtol=1e-7, atol=1e-10)
-        assert float(torch.linalg.eigvalsh(hess).min()) > -1e-9       # Gauss-Newton: PSD
-        assert float(hess[:TRANSLATION_MODES].abs().max()) == 0.0
-    # at q = 0 the residual vanishes, so Gauss-Newton is the exact Hessian
-    zero = torch.zeros(d, dtype=DTYPE)
-    torch.testing.assert_close(potential_terms(model.potential, zero, ctx)[2], torch.func.hessian(v)(zero),
-                               rtol=1e-6, atol=1e-9)
+def test_elastic_energy_refuses_an_inverted_state(model):
+    scene = latent_scene(model, make_setup(shape("box", 1)))
+    mirrored = scene.sub.rest * np.array([1.0, 1.0, -1.0])
+    q = scene.encode(mirrored)
+    assert float(elastic_energy(q, scene)) == float("inf")
+    # and the barrier grows without bound on the way there
+    energies = [float(elastic_energy(s * q, scene)) for s in (0.2, 0.4, 0.45, 0.49)]
+    assert all(b > a for a, b in zip(energies, energies[1:])) and energies[-1] > 10 * energies[0]
 
 
-def _step_context(model, mesh):
-    """A step with everything switched on: pins, a painted force, damping, floor contact."""
-    setup = make_setup(mesh, frames=4, material={"damping": 0.01, "air_damping": 0.3},
+@pytest.mark.parametrize("family,seed", (("box", 1), ("sheet", 0)))
+def test_step_gradient_is_the_gradient_of_the_incremental_potential(model, family, seed):
+    mesh = shape(family, seed)
+    setup = make_setup(mesh, frames=4, floor={"z": float(mesh.vertices[:, 2].min()) + 0.05 * diagonal(mesh)},
                        pins=[{"select": {"box": {"min": [0, 0, 0], "max": [0.2, 1, 1]}}}],
-                       forces=[{"select": {"box": {"min": [0.5, 0, 0], "max": [1, 1, 1]}}, "accel": [1.0, 2.0, 0.0]}],
-                       floor={"z": float(mesh.vertices[:, 2].mean())})
+                       material={"damping": 0.01})
     scene = latent_scene(model, setup)
-    rng = np.random.default_rng(5)
-    d = model.cfg.latent
-    q_n = torch.as_tensor(rng.normal(0, 0.02, d), dtype=DTYPE)
-    qd_n = torch.as_tensor(rng.normal(0, 0.2, d), dtype=DTYPE)
-    with torch.no_grad():
-        ctx = scene.context(1, q_n, qd_n, 1.0 / 48.0)
-    assert float(ctx["contact"].sum()) > 0, "the floor must touch some contact samples"
-    return scene, ctx
+    rng = np.random.default_rng(1)
+    q_n = torch.as_tensor(rng.normal(0, 0.002, scene.dims), dtype=DTYPE)
+    qd_n = torch.as_tensor(rng.normal(0, 0.05, scene.dims), dtype=DTYPE)
+    ctx = StepContext.build(scene, 1, q_n, qd_n, 1.0 / 48)
+    q = (q_n + torch.as_tensor(rng.normal(0, 0.002, scene.dims), dtype=DTYPE)).requires_grad_(True)
+    energy = total_energy(q, ctx)
+    (auto,) = torch.autograd.grad(energy, q)
+    terms = total(q.detach(), ctx)
+    np.testing.assert_allclose(terms.grad.numpy(), auto.numpy(), rtol=1e-6, atol=1e-8 * float(auto.abs().max()))
+    assert float(terms.energy) == pytest.approx(float(energy), rel=1e-10)
+    assert float(torch.linalg.eigvalsh(terms.hess).min()) > 0.0
 
 
-def test_step_gradient_matches_autograd_of_the_incremental_potential(model):
-    scene, ctx = _step_context(model, shape("box", 1))
-    rng = np.random.default_rng(7)
-    for _ in range(3):
-        q = ctx["q_n"] + torch.as_tensor(rng.normal(0, 0.01, model.cfg.latent), dtype=DTYPE)
-        energy, grad, hess = step_terms(model.potential, q, ctx)
-        assert float(energy) == pytest.approx(float(step_energy(model.potential, q, ctx)), rel=1e-12)
-        auto = torch.func.grad(lambda x: step_energy(model.potential, x, ctx))(q)
-        torch.testing.assert_close(grad, auto, rtol=1e-6, atol=1e-6 * float(auto.abs().max()))
-        torch.testing.assert_close(hess, hess.T)
+def test_a_hundred_times_the_force_never_inverts_a_sample(model):
+    """A training-range poke (300 m/s^2 at most) and squeeze (60 m/s^2) made 100x stronger: the
+    latent state stays finite and every cubature sample keeps J > 0 (the guard may still stop such
+    a run for its volume; here the latent states are read directly)."""
+    mesh = make_sample("jelly")
+    for force in ({"select": {"sphere": {"center": [0.5, 0.5, 1.0], "radius": 0.4}}, "accel": [0, 0, -30000.0],
+                   "profile": {"type": "impulse", "start": 1}},
+                  {"select": {"box": {"min": [0, 0, 0.75], "max": [1, 1, 1]}}, "accel": [0, 0, -6000.0]}):
+        setup = make_setup(mesh, frames=10, material={"preset": "jelly"}, floor={"z": float(mesh.vertices[:, 2].min())},
+                           forces=[force])
+        run = NeurokRun(model, setup)
+        for q, qd in run.latent_frames():
+            assert bool(torch.isfinite(q).all()) and bool(torch.isfinite(qd).all())
+            F = run.scene.local(q).reshape(-1, 3, 3)
+            assert float(torch.linalg.det(F).min()) > 0.0
 
 
-def test_step_hessian_is_exact_when_the_potential_is_quadratic(model):
-    quadratic = copy.deepcopy(model)
-    with torch.no_grad():     # g's output constant: v = 1/2 |B q_e|^2, Gauss-Newton is exact
-        quadratic.potential.g[-1].weight.zero_()
-    scene, ctx = _step_context(quadratic, shape("box", 1))
-    q = ctx["q_n"] + torch.as_tensor(np.random.default_rng(8).normal(0, 0.01, quadratic.cfg.latent), dtype=DTYPE)
-    _, grad, hess = step_terms(quadratic.potential, q, ctx)
-    auto = torch.func.hessian(lambda x: step_energy(quadratic.potential, x, ctx))(q)
-    torch.testing.assert_close(hess, auto, rtol=1e-6, atol=1e-6 * float(auto.abs().max()))
+# --------------------------------------------------------------------------- sliders
 
-
-def test_numpy_fast_path_matches_the_torch_step(model):
-    scene, ctx = _step_context(model, shape("box", 1))
-    pot = fastpath.NumpyPotential(model.potential, scene.red.s, scene.red.material, scene.red.B)
-    c = fastpath.prepare_contacts(fastpath.numpy_context(ctx))
-    q = ctx["q_n"] + torch.as_tensor(np.random.default_rng(9).normal(0, 0.01, model.cfg.latent), dtype=DTYPE)
-    e_t, g_t, H_t = step_terms(model.potential, q, ctx)
-    e_n, g_n, H_n = fastpath.step_terms(pot, q.numpy().astype(np.float64), c)
-    assert e_n == pytest.approx(float(e_t), rel=1e-6)
-    np.testing.assert_allclose(g_n, g_t.numpy(), rtol=1e-5, atol=1e-6 * float(g_t.abs().max()))
-    np.testing.assert_allclose(H_n, H_t.numpy(), rtol=1e-5, atol=1e-6 * float(H_t.abs().max()))
-
-
-def test_cpu_fast_path_and_torch_path_bake_the_same(model):
-    mesh = shape("box", 1)
-    setup = make_setup(mesh, frames=13, material={"preset": "jelly"},
-                       pins=[{"select": {"box": {"min": [0, 0, 0], "max": [0.2, 1, 1]}}}],
-                       floor={"z": float(mesh.vertices[:, 2].min()) - 0.02})
-    fast = NeurokRun(model, setup)
-    assert fast.fast is not None, "on a CPU the run takes the numpy fast path"
-    slow = NeurokRun(model, setup)
-    slow.fast = None                       # force the torch step (the one CUDA runs)
-    a, b = fast.bake(), slow.bake()
-    assert np.abs(a - a[0]).max() > 0.01 * diagonal(mesh)      # it moved
-    assert np.abs(a - b).max() < 1e-4 * diagonal(mesh)
-
-
-# --------------------------------------------------------------------------- material sliders
-
-def _settled_sag(model, mesh, stiffness, density, frames=49):
-    """Mean vertex displacement (in diagonals) of a body pinned at one side, hanging under
-    gravity with heavy damping, once it has settled."""
-    setup = make_setup(mesh, frames=frames, material={"stiffness": stiffness, "density": density,
-                                                      "damping": 0.1, "air_damping": 5.0},
+def _settled_sag(model, mesh, stiffness, density):
+    setup = make_setup(mesh, frames=60, material={"stiffness": stiffness, "density": density, "damping": 0.02,
+                                                  "air_damping": 5.0},
                        pins=[{"select": {"box": {"min": [0, 0, 0], "max": [0.15, 1, 1]}}}])
     xs = NeurokRun(model, setup).bake()
     sag = np.linalg.norm(xs - xs[0], axis=2).mean(axis=1) / diagonal(mesh)
-    assert abs(sag[-1] - sag[-2]) < 1e-3 * sag[-1], "not settled"
-    assert np.all(np.isfinite(xs))
+    assert abs(sag[-1] - sag[-2]) < 2e-3 * sag[-1], "not settled"
     return sag[-1]
 
 
-@pytest.mark.parametrize("family,seed,stiffness", (("box", 1, 4e5), ("sphere", 2, 4e5), ("box", 1, 1e5)))
+@pytest.mark.parametrize("family,seed,stiffness", (("box", 1, 4e5), ("sphere", 2, 4e5)))
 def test_doubling_stiffness_halves_static_sag_and_doubling_density_doubles_it(model, family, seed, stiffness):
-    """(At 1e5 Pa the pins' own stiffness is at its absolute floor rather than following the
-    material, and the sag is larger: the ratio still holds.)"""
     mesh = shape(family, seed)
     base = _settled_sag(model, mesh, stiffness, 1000.0)
-    assert 1e-3 < base < 0.1, "small deflection regime"
+    assert 1e-4 < base < 0.1, "small deflection regime"
     stiffer = _settled_sag(model, mesh, 2 * stiffness, 1000.0)
     heavier = _settled_sag(model, mesh, stiffness, 2000.0)
-    assert base / stiffer == pytest.approx(2.0, rel=0.15)
-    assert heavier / base == pytest.approx(2.0, rel=0.15)     # gravity load / stiffness doubles
+    assert base / stiffer == pytest.approx(2.0, rel=0.1)
+    assert heavier / base == pytest.approx(2.0, rel=0.1)
 
 
 @pytest.mark.parametrize("integrator", ("backward_euler", "implicit_midpoint"))
@@ -285,17 +221,16 @@ def test_free_fall_is_rigid_and_independent_of_density(model, integrator):
     runs = []
     for density in (1000.0, 2000.0):
         setup = make_setup(mesh, frames=frames, material={"density": density, "damping": 0.0, "air_damping": 0.0})
-        runs.append(NeurokRun(model, setup, integrator=integrator).bake())
+        run = NeurokRun(model, setup, integrator=integrator)
+        runs.append(run.bake())
     light, heavy = runs
     assert np.abs(light - heavy).max() < 1e-6 * diagonal(mesh)
-    drop = com(light, mesh) - com(light[0], mesh)
+    drop = com(run.scene, light) - com(run.scene, light[0])
     t = np.arange(frames) * dt
-    h = dt / 2                                          # two latent substeps per 1/24 s frame
-    expected = -0.5 * G * t ** 2 if integrator == "implicit_midpoint" else -0.5 * G * t * (t + h)  # BE: exact in discrete time
+    h = dt / 2
+    expected = -0.5 * G * t ** 2 if integrator == "implicit_midpoint" else -0.5 * G * t * (t + h)
     np.testing.assert_allclose(drop[1:, 2], expected[1:], rtol=1e-2)
-    np.testing.assert_allclose(drop[-1, 2], -0.5 * G * t[-1] ** 2, rtol=0.03)    # 1 s of fall, 3.6 diagonals
     assert np.abs(drop[:, :2]).max() < 1e-6 * diagonal(mesh)
-    # rigid: every vertex moved with the centre of mass
     assert np.abs(light - light[0] - drop[:, None]).max() < 1e-4 * diagonal(mesh)
 
 
@@ -310,55 +245,44 @@ def test_two_resolutions_of_a_shape_swing_alike(model, family, seed):
         mesh = shape(family, seed, vertices)
         setup = make_setup(mesh, frames=25, pins=[{"select": {"box": {"min": [0, 0, 0], "max": [0.2, 1, 1]}}}],
                            initial={"velocity": [0.0, 0.3, 0.0]})
-        xs = NeurokRun(model, setup).bake()
-        c = com(xs, mesh)
+        run = NeurokRun(model, setup)
+        xs = run.bake()
+        c = com(run.scene, xs)
         paths.append((c - c[0]) / diagonal(mesh))
         moved.append(np.abs(paths[-1]).max())
     coarse, fine = paths
-    assert np.abs(coarse - fine).max() < 0.02 + 0.1 * max(moved)
-    if family != "sheet":   # cloth is stiff in stretch: it hardly moves; solids swing visibly
-        assert min(moved) > 0.03
-        assert np.abs(coarse - fine).max() < 0.2 * max(moved)
+    assert min(moved) > 1e-3
+    assert np.abs(coarse - fine).max() < 0.25 * max(moved)
 
 
-def test_free_fall_is_the_same_at_any_resolution(model):
-    drops = []
-    for vertices in (300, 1200):
-        mesh = shape("sphere", 2, vertices)
-        xs = NeurokRun(model, make_setup(mesh, frames=13)).bake()
-        drops.append(com(xs, mesh) - com(xs[0], mesh))
-    np.testing.assert_allclose(drops[0], drops[1], atol=1e-6)
+# --------------------------------------------------------------------------- energy over time
 
-
-# --------------------------------------------------------------------------- energy
-
-def _latent_energies(model, integrator, preset="jelly", rate=2.0, frames=101):
-    """Energy 1/2 |qd|^2 + w0^2 v(q) per frame: no damping, gravity, forces or floor; the body
+def _latent_energies(model, integrator, frames=101):
+    """Energy 1/2 |q'|^2 + V(q) per frame: no damping, gravity, forces or floor; the body
     starts with a stretching and spinning velocity (2 substeps per frame: 200 steps)."""
     mesh = shape("box", 1)
-    setup = make_setup(mesh, frames=frames, material={"preset": preset, "damping": 0.0, "air_damping": 0.0},
+    setup = make_setup(mesh, frames=frames, material={"preset": "jelly", "damping": 0.0, "air_damping": 0.0},
                        gravity=[0.0, 0.0, 0.0])
     centred = setup.rest - setup.rest.mean(axis=0)
-    setup.v0 = rate * centred * np.array([1.0, -0.5, 0.3]) + np.cross([0.0, 0.0, rate], centred)
+    setup.v0 = 2.0 * centred * np.array([1.0, -0.5, 0.3]) + np.cross([0.0, 0.0, 2.0], centred)
     run = NeurokRun(model, setup, integrator=integrator)
-    assert run.substeps == 2
-    energies, elastic = [], []
+    energies, strain = [], []
     for q, qd in run.latent_frames():
-        v = run.scene.w0sq * float(vvalue(model, run.scene, q))
-        energies.append(0.5 * float(np.dot(np.asarray(qd), np.asarray(qd))) + v)
-        elastic.append(v)
-    return np.asarray(energies), np.asarray(elastic)
+        v = float(elastic_energy(q, run.scene))
+        energies.append(0.5 * float(qd @ qd) + v)
+        strain.append(v)
+    return np.asarray(energies), np.asarray(strain)
 
 
 def test_implicit_midpoint_keeps_energy(model):
-    energies, elastic = _latent_energies(model, "implicit_midpoint")
-    assert elastic.max() > 0.2 * energies[0], "the body must deform, not just drift"
-    assert np.abs(energies / energies[0] - 1.0).max() < 0.01
+    energies, strain = _latent_energies(model, "implicit_midpoint")
+    assert strain.max() > 0.05 * energies[0], "the body must deform, not just drift"
+    assert np.abs(energies / energies[0] - 1.0).max() < 0.02
 
 
 def test_backward_euler_never_gains_energy(model):
-    energies, _ = _latent_energies(model, "backward_euler")
-    assert np.diff(energies).max() <= 1e-9 * energies[0]
+    energies, _ = _latent_energies(model, "backward_euler", frames=41)
+    assert np.diff(energies).max() <= 1e-6 * energies[0]
     assert energies[-1] < 0.99 * energies[0]
 
 
@@ -403,22 +327,6 @@ def test_a_step_that_stays_nan_raises_simulation_fault_with_the_good_frames(mode
     assert "frame 5" in str(fault) and "\n" not in str(fault)
 
 
-@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")   # the exploding step overflows on purpose
-def test_a_blow_up_raises_simulation_fault_but_far_travel_does_not(model):
-    mesh = shape("box", 1)
-    # opposite enormous pushes on the two halves tear the body apart: a blow-up
-    setup = make_setup(mesh, frames=8, forces=[
-        {"select": {"box": {"min": [0.5, 0, 0], "max": [1, 1, 1]}}, "accel": [1e9, 0, 0], "profile": {"type": "constant", "start": 2}},
-        {"select": {"box": {"min": [0, 0, 0], "max": [0.5, 1, 1]}}, "accel": [-1e9, 0, 0], "profile": {"type": "constant", "start": 2}}])
-    with pytest.raises(SimulationFault) as info:
-        NeurokRun(model, setup).bake()
-    assert info.value.frame == 3 and len(info.value.positions) == 3
-    # a uniform push of the same size only carries the body away rigidly: no fault
-    setup = make_setup(mesh, frames=8, material={"air_damping": 0.0, "damping": 0.0},
-                       forces=[{"select": {"box": {"min": [0, 0, 0], "max": [1, 1, 1]}}, "accel": [1e4, 0, 0]}])
-    xs = NeurokRun(model, setup).bake()
-    assert np.all(np.isfinite(xs)) and com(xs[-1], mesh)[0] - com(xs[0], mesh)[0] > 100 * diagonal(mesh)
-
 
 # --------------------------------------------------------------------------- posing
 
@@ -431,7 +339,8 @@ def test_sample_pose_is_finite_seeded_and_keeps_the_centre_of_mass(engine):
     diag = diagonal(mesh)
     assert np.abs(a - b).max() > 1e-4 * diag
     assert np.abs(a - mesh.vertices).max() > 1e-4 * diag              # a deformation, not the rest shape
-    np.testing.assert_allclose(com(a, mesh), com(mesh.vertices, mesh), atol=1e-4 * diag)  # no drift
+    sc = latent_scene(engine.model, setup)
+    np.testing.assert_allclose(com(sc, a), com(sc, mesh.vertices), atol=1e-3 * diag)  # no drift
     cold = engine.sample_pose(setup, seed=1, temperature=0.0)
     assert np.abs(cold - mesh.vertices).max() < 1e-5 * diag
     half = engine.sample_pose(setup, seed=1, temperature=0.5)   # temperature scales the same draw
@@ -481,18 +390,6 @@ def test_ood_flags_a_force_the_basis_cannot_express(model):
     assert wild["level"] != "ok" and "force" in wild["message"]
 
 
-def test_ood_uses_training_statistics_from_the_checkpoint(model, tmp_path):
-    setup = make_setup(shape("box", 1), material={"stiffness": 1e9})
-    scene = latent_scene(model, setup)
-    code = scene.red.s.numpy()
-    meta = {"shape_code_stats": {"mean": code.tolist(), "std": (np.abs(code) + 1e-3).tolist()},
-            "omega2_range": {"solid": [10.0, 1000.0]}}
-    report = NeurokRun(model, setup, meta=meta).ood
-    assert report["parts"]["shape"] < 0.01                        # the very shape it was trained on
-    assert report["parts"]["material"] > 1.0 and report["level"] == "out_of_range"
-    assert "material" in report["message"]
-
-
 # --------------------------------------------------------------------------- checkpoints
 
 def test_checkpoint_round_trip_gives_identical_results(model, checkpoint, engine):
@@ -531,7 +428,7 @@ def test_corrupt_and_foreign_checkpoints_give_one_line_format_errors(model, chec
     torch.save([1, 2, 3], listed)
     cases["list.ckpt"] = listed.getvalue()
     mismatch = io.BytesIO()
-    torch.save({"format": CHECKPOINT_FORMAT, "config": '{"latent": 16}', "meta": "{}",
+    torch.save({"format": CHECKPOINT_FORMAT, "config": '{"handles": 3, "width": 8}', "meta": "{}",
                 "state": {k: v for k, v in model.state_dict().items()}}, mismatch)
     cases["mismatch.ckpt"] = mismatch.getvalue()
     for name, blob in cases.items():

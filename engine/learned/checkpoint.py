@@ -48,7 +48,8 @@ def read_payload(path) -> dict:
         raise FormatError(f"{path}: no such checkpoint file")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, AttributeError, TypeError) as e:
+    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, AttributeError, TypeError,
+            OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise FormatError(f"{path}: not a loadable NeuROK checkpoint (refused or corrupt: {first[:120]})") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:

@@ -32,10 +32,15 @@ def solve(H, g):
 
 
 def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERANCE):
-    """Newton with backtracking on the incremental potential. Returns (q, converged)."""
+    """Newton with backtracking on the incremental potential, from the guess q (or from q_n when
+    the guess would invert a sample: the line search then never leaves the valid states).
+    Returns (q, converged)."""
     energy = total_energy(q, ctx)
     if not math.isfinite(float(energy)):
-        return q, False
+        q = ctx.q_n
+        energy = total_energy(q, ctx)
+        if not math.isfinite(float(energy)):
+            return q, False
     for _ in range(iterations):
         t = total(q, ctx)
         step = -solve(t.hess, t.grad)

@@ -46,7 +46,8 @@ class LatentScene:
                             for w, a, profile in setup.force_terms]
         self._pins()
         self._floor()
-        self.q0 = _t(sub.encode(sub.norm.forward(setup.x0)), device)
+        self._encoder()
+        self.q0 = self.encode(sub.norm.forward(setup.x0))
         self.qd0 = self.encode_velocity(setup.v0 / self.scale)
 
     # ----- elastic cubature
@@ -95,6 +96,35 @@ class LatentScene:
     def bending_scale(self):
         return self.model.energy.bending_scale(self.features)
 
+    def local(self, q):
+        """Local coordinates of every cubature sample (vec F, or a triangle's two edges) at q."""
+        return self.offset + (self.G.reshape(-1, self.dims) @ q).reshape(self.offset.shape)
+
+    def elastic(self, q, need_hess=True):
+        """(energy, gradient, Hessian) of w0^2 sum_k c_k psi(F_k(q)) (+ reduced bending for cloth)."""
+        psi, dpsi, h_local = self.density_terms(self.local(q))
+        c = self.w0sq * self.weights
+        d = self.dims
+        energy = torch.dot(c, psi)
+        g = self.G.reshape(-1, d).T @ (c[:, None] * dpsi).reshape(-1)
+        H = None
+        if need_hess:
+            HG = torch.bmm(h_local, self.G) * c[:, None, None]
+            H = self.G.reshape(-1, d).T @ HG.reshape(-1, d)
+        if self.bending is not None:
+            Kb = self.w0sq * self.bending_scale() * self.bending
+            energy = energy + 0.5 * q @ Kb @ q
+            g = g + Kb @ q
+            H = None if H is None else H + Kb
+        return energy, g, H
+
+    def elastic_energy(self, q):
+        """Energy only (line search): +inf where a sample would invert."""
+        e = torch.dot(self.w0sq * self.weights, self.density(self.local(q)))
+        if self.bending is not None:
+            e = e + 0.5 * self.w0sq * self.bending_scale() * (q @ self.bending @ q)
+        return torch.nan_to_num(e, nan=float("inf"))
+
     # ----- exact terms
 
     def uniform_force(self, accel):
@@ -105,12 +135,29 @@ class LatentScene:
         """Generalised force of per-vertex accelerations [N,3] (normalised units)."""
         return torch.einsum("n,nid,ni->d", _t(self.vertex_mass, self.device), self.V, _t(accel, self.device))
 
-    def encode_velocity(self, v_norm):
-        sub = self.sub
-        B = sub.vertex_basis.reshape(-1, self.dims)
-        mw = np.repeat(self.vertex_mass, 3)
-        q = np.linalg.solve(B.T @ (mw[:, None] * B) + 1e-10 * np.eye(self.dims), B.T @ (mw * np.asarray(v_norm).ravel()))
-        return _t(q, self.device)
+    # ----- the deformation encoder
+
+    def _encoder(self):
+        """The mass-weighted projection of vertex displacements onto the subspace. Lattice nodes
+        inside a solid touch no vertex, so vertices alone leave some coordinates free: those are
+        set by the least elastic energy (a tiny multiple of the rest stiffness), which keeps a
+        rigidly moved body rigid inside too."""
+        B = self.sub.vertex_basis.reshape(-1, self.dims)
+        self._B, self._mw = B, np.repeat(self.vertex_mass, 3)
+        with torch.no_grad():
+            K = self.elastic(torch.zeros(self.dims, dtype=DTYPE, device=self.device))[2].cpu().numpy()
+        gram = B.T @ (self._mw[:, None] * B)
+        K = K * (np.trace(gram) / max(np.trace(K), 1e-300))
+        self._encode_lhs = gram + 1e-8 * K + 1e-12 * np.eye(self.dims)
+
+    def encode(self, x_norm) -> torch.Tensor:
+        """Latent of vertex positions [N,3] (normalised)."""
+        u = (np.asarray(x_norm, dtype=np.float64) - self.sub.rest).ravel()
+        return _t(np.linalg.solve(self._encode_lhs, self._B.T @ (self._mw * u)), self.device)
+
+    def encode_velocity(self, v_norm) -> torch.Tensor:
+        v = np.asarray(v_norm, dtype=np.float64).ravel()
+        return _t(np.linalg.solve(self._encode_lhs, self._B.T @ (self._mw * v)), self.device)
 
     def _pins(self):
         setup = self.setup

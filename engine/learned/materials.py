@@ -182,6 +182,10 @@ class StrainEnergy(nn.Module):
 
 
 def project_psd(H):
-    """Nearest positive semi-definite matrices of a batch of symmetric ones."""
-    vals, vecs = torch.linalg.eigh(0.5 * (H + H.transpose(-1, -2)))
-    return (vecs * vals.clamp(min=0.0).unsqueeze(-2)) @ vecs.transpose(-1, -2)
+    """Nearest positive semi-definite matrices of a batch of symmetric ones (NaN stays NaN, so
+    a state that is not valid fails the step instead of raising here)."""
+    if not bool(torch.isfinite(H).all()):
+        return torch.full_like(H, float("nan"))
+    scale = torch.linalg.norm(H, dim=(-2, -1), keepdim=True).clamp(min=1e-300)   # conditioning
+    vals, vecs = torch.linalg.eigh(0.5 * (H + H.transpose(-1, -2)) / scale)
+    return scale * ((vecs * vals.clamp(min=0.0).unsqueeze(-2)) @ vecs.transpose(-1, -2))

@@ -16,15 +16,16 @@ import numpy as np
 
 def force_unexpressed_share(scene) -> float:
     shares = []
-    m = scene.vertex_mass
     B = scene.sub.vertex_basis.reshape(-1, scene.dims)
-    mw = np.repeat(m, 3)
+    mw = np.repeat(scene.vertex_mass, 3)
+    gram = B.T @ (mw[:, None] * B) + 1e-12 * np.eye(scene.dims)
     for weights, accel, _ in scene.setup.force_terms:
         field = (weights[:, None] * np.asarray(accel)[None]).ravel()
         total = float(np.dot(mw * field, field))
         if total > 0:
-            captured = B.T @ (mw * field)              # basis is mass-orthonormal on the nodes, near it on vertices
-            shares.append(max(0.0, 1.0 - float(np.dot(captured, captured)) / total))
+            f = B.T @ (mw * field)                     # the mass-weighted projection onto the subspace
+            captured = float(f @ np.linalg.solve(gram, f))
+            shares.append(max(0.0, 1.0 - captured / total))
     return max(shares) if shares else 0.0
 
 

@@ -152,15 +152,6 @@ class Subspace:
     def dims(self) -> int:
         return self.node_basis.shape[2]
 
-    def encode(self, x_norm) -> np.ndarray:
-        """Mass-weighted least-squares latent of vertex positions [N,3] (normalised)."""
-        m = self.vertex_mass
-        B = self.vertex_basis.reshape(-1, self.dims)
-        mw = np.repeat(m, 3)
-        lhs = B.T @ (mw[:, None] * B)
-        rhs = B.T @ (mw * (np.asarray(x_norm) - self.rest).ravel())
-        return np.linalg.solve(lhs + 1e-10 * np.eye(self.dims), rhs)
-
     def decode(self, q) -> np.ndarray:
         return self.rest + self.vertex_basis @ np.asarray(q)
 

@@ -53,37 +53,14 @@ class StepContext:
         return cls(scene, h, q_n, qd_n, scene.forcing(frame), scene.pin_b(frame + 1), damping, prev)
 
 
-def _local(scene: LatentScene, q):
-    return scene.offset + (scene.G.reshape(-1, scene.dims) @ q).reshape(scene.offset.shape)
-
-
 def elastic(q, ctx, scene: LatentScene | None = None, need_hess=True) -> Terms:
-    """w0^2 sum_k c_k psi(F_k(q)) (+ reduced quadratic bending for cloth)."""
-    scene = scene or ctx.scene
-    psi, dpsi, h_local = scene.density_terms(_local(scene, q))
-    c = scene.w0sq * scene.weights
-    energy = torch.dot(c, psi)
-    d = scene.dims
-    G = scene.G
-    g = G.reshape(-1, d).T @ (c[:, None] * dpsi).reshape(-1)
-    H = None
-    if need_hess:
-        HG = torch.bmm(h_local, G) * c[:, None, None]
-        H = G.reshape(-1, d).T @ HG.reshape(-1, d)
-    if scene.bending is not None:
-        Kb = scene.w0sq * scene.bending_scale() * scene.bending
-        energy = energy + 0.5 * q @ Kb @ q
-        g = g + Kb @ q
-        H = None if H is None else H + Kb
-    return Terms(energy, g, H)
+    """w0^2 sum_k c_k psi(F_k(q)) (+ reduced quadratic bending for cloth): `LatentScene.elastic`."""
+    return Terms(*(scene or ctx.scene).elastic(q, need_hess))
 
 
 def elastic_energy(q, scene: LatentScene):
     """Energy only (line search): +inf where a sample would invert."""
-    e = torch.dot(scene.w0sq * scene.weights, scene.density(_local(scene, q)))
-    if scene.bending is not None:
-        e = e + 0.5 * scene.w0sq * scene.bending_scale() * (q @ scene.bending @ q)
-    return torch.nan_to_num(e, nan=float("inf"))
+    return scene.elastic_energy(q)
 
 
 def inertia(q, ctx: StepContext, need_hess=True) -> Terms:

@@ -70,8 +70,7 @@ def load_items(model, data_dir, splits=("train",), limit=None, skip=()) -> list[
 
 
 def encode_frames(scene: LatentScene, positions) -> torch.Tensor:
-    sub = scene.sub
-    return torch.as_tensor(np.stack([sub.encode(sub.norm.forward(x)) for x in positions]), dtype=DTYPE)
+    return torch.stack([scene.encode(scene.sub.norm.forward(x)) for x in positions])
 
 
 def rollout_loss(item: TrainItem, frames: int, rng) -> torch.Tensor:
