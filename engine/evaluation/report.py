@@ -20,7 +20,7 @@ def _pct(v, digits=1):
 
 
 def _ratio(v):
-    return "n/a" if v is None else f"{v:.2f}"
+    return "n/a" if v is None else f"{v:.2f}".replace("-0.00", "0.00")
 
 
 def _three(row, key, f=fmt):
@@ -64,7 +64,7 @@ def findings(scenes, beam, stress, result) -> list[str]:
         vm, vr = m.get("volume_ratio_min"), ref.get("volume_ratio_min")
         if vm is not None and vr is not None and (vm < 0 or vm < vr - 0.2):
             what = "turns inside out" if vm < 0 else "loses volume"
-            parts.append(f"its closed surface {what} (volume/rest down to {vm:.2f}; reference {vr:.2f}, oracle "
+            parts.append(f"its closed surface {what} (volume/rest down to {_ratio(vm)}; reference {vr:.2f}, oracle "
                          f"{_ratio(o.get('volume_ratio_min'))})")
         sm, sr = m.get("strain_mean") or 0.0, ref.get("strain_mean") or 0.0
         if sm > 0.03 and sm > 3 * sr:
@@ -72,6 +72,9 @@ def findings(scenes, beam, stress, result) -> list[str]:
                          f"(reference {_pct(sr)}, oracle {_pct(o.get('strain_mean'))})")
         if r["kind"] == "solid" and (m.get("flipped_max") or 0) > 0.05 and (ref.get("flipped_max") or 0) < 0.02:
             parts.append(f"up to {_pct(m['flipped_max'], 0)} of its triangles flip")
+        gm, gr = m.get("growth_max"), ref.get("growth_max")
+        if gm is not None and gr is not None and gm > 1.3 * gr:
+            parts.append(f"it swells to {gm:.1f}x its rest size in its own frame (reference {gr:.2f}x)")
         amp = r["neurok"].get("amplitude_ratio")
         if amp is not None and amp < 0.5:
             parts.append(f"it barely moves ({amp:.2f} of the reference's motion amplitude)")
@@ -110,6 +113,17 @@ def findings(scenes, beam, stress, result) -> list[str]:
             bad.append(f"mean edge strain {_pct(p['strain_mean'])}")
         if bad:
             out.append(f"**{r['name']}** ({r['frames']} frames): " + ", ".join(bad) + ".")
+    unstable = [r["name"] for r in stress.get("rows", []) if r.get("group") != "long" and (r.get("unstable") or r.get("nan"))]
+    if unstable:
+        out.append(f"**Stress**: unstable in {', '.join(unstable)} (see the stress table).")
+    collapsed = [f"{r['name']} ({r['reference']['plausibility']['volume_ratio_min']:.2f})" for r in scenes.get("scenes", [])
+                 if "reference" in r and (r["reference"]["plausibility"].get("volume_ratio_min") or 1.0) < 0.5]
+    worst_ref = result.get("reference", {}).get("all", {}).get("plausibility_worst", {}).get("volume_ratio_min")
+    if collapsed or (worst_ref is not None and worst_ref < 0.5):
+        where = ", ".join(collapsed + ([f"the procedural set (worst {worst_ref:.2f})"] if worst_ref is not None and worst_ref < 0.5 else []))
+        out.append(f"**The ground truth itself** loses more than half its volume in {where}: the reference simulator's "
+                   "elasticity collapses under strong compression, so distances there are measured against an implausible "
+                   "truth; the model's plausibility columns still say what a viewer sees.")
     allb = result.get("splits", {}).get("all", {})
     orc = result.get("baselines", {}).get("oracle", {}).get("all", {})
     hold = result.get("baselines", {}).get("hold_still", {}).get("all", {})
