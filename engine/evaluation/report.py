@@ -81,7 +81,12 @@ def findings(scenes, beam, stress, result) -> list[str]:
         elif amp is not None and amp > 2.0:
             parts.append(f"it moves {amp:.1f}x as much as the reference")
         if r["neurok"].get("unstable"):
-            parts.append(f"the rollout became unstable at frame {r['neurok'].get('unstable_frame')}")
+            why = r.get("model_error") or ""
+            if why.startswith("implausible"):
+                parts.append(f"the plausibility guard stopped the run at frame {r['neurok'].get('unstable_frame')} "
+                             f"({why.split(':', 1)[-1].strip()[:120]}); later frames are held at the last good one")
+            else:
+                parts.append(f"the rollout failed at frame {r['neurok'].get('unstable_frame')}")
         e_m, e_o, e_h = r["neurok"]["horizons"]["all"], r["oracle"]["horizons"]["all"], r["hold_still"]["horizons"]["all"]
         if e_m is not None and e_h and e_m >= e_h:
             parts.append(f"it is no closer to the reference than holding still (rel_l2 {e_m:.3f} vs {e_h:.3f}; oracle {e_o:.3f})")
