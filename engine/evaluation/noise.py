@@ -28,8 +28,12 @@ def _number(value):
 def read_noise_floor(raw: dict) -> dict:
     """{"rel_l2": float|None, "ratio_to_hold_still": float|None, "raw": raw} from the reference's
     answer, whatever names it uses for the two figures."""
-    rel = ratio = None
+    rel, ratio = _number(raw.get("rel_l2")), _number(raw.get("ratio_to_hold_still"))
     for key, value in raw.items():
+        if rel is not None and ratio is not None:
+            break
+        if "hold_still_rel_l2" in str(key):
+            continue
         k = str(key).lower()
         if ratio is None and ("hold" in k or "ratio" in k):
             ratio = _number(value)
