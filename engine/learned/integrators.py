@@ -18,8 +18,8 @@ import torch
 from .terms import StepContext, total, total_energy
 
 INTEGRATORS = ("backward_euler", "implicit_midpoint")
-NEWTON_ITERATIONS = 12
-TOLERANCE = 1e-6          # stop when a Newton step moves the body less than this (RMS, in bounding-box diagonals)
+NEWTON_ITERATIONS = 20
+TOLERANCE = 1e-5          # stop when a Newton step moves the body less than this (RMS, in bounding-box diagonals)
 
 
 def solve(H, g):
@@ -41,9 +41,15 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
         energy = total_energy(q, ctx)
         if not math.isfinite(float(energy)):
             return q, False
-    for _ in range(iterations):
-        t = total(q, ctx)
-        step = -solve(t.hess, t.grad)
+    H = None
+    for it in range(iterations):
+        # chord Newton: the Hessian of the first iteration serves the next ones (gradients are
+        # cheap, Hessians are not); it is refreshed when a step makes too little progress
+        fresh = H is None
+        t = total(q, ctx, need_hess=fresh)
+        if fresh:
+            H = t.hess
+        step = -solve(H, t.grad)
         decrement = float(-torch.dot(t.grad, step))
         if not math.isfinite(decrement):
             return q, False
@@ -57,7 +63,12 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
                 break
             alpha *= 0.5
         else:
+            if not fresh:            # a stale Hessian: refresh it before giving up
+                H = None
+                continue
             return q, float(torch.linalg.norm(step)) < 1e3 * tolerance
+        if alpha < 1.0:
+            H = None
         q, energy = trial, e_trial
         if alpha * float(torch.linalg.norm(step)) < tolerance:
             return q, True

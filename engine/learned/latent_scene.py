@@ -87,11 +87,11 @@ class LatentScene:
             return self.model.energy.solid_energy(local, self.features, self.mu, self.lam)
         return self.model.energy.cloth_energy(local, self.rest_lengths, self.features)
 
-    def density_terms(self, local):
-        """(psi [K], dpsi [K,m], PSD d2psi [K,m,m]) per sample."""
+    def density_terms(self, local, need_hess=True):
+        """(psi [K], dpsi [K,m], PSD d2psi [K,m,m] or None) per sample."""
         if self.kind == "solid":
-            return self.model.energy.solid(local, self.features, self.mu, self.lam)
-        return self.model.energy.cloth(local, self.rest_lengths, self.features)
+            return self.model.energy.solid(local, self.features, self.mu, self.lam, need_hess)
+        return self.model.energy.cloth(local, self.rest_lengths, self.features, need_hess)
 
     def bending_scale(self):
         return self.model.energy.bending_scale(self.features)
@@ -102,7 +102,7 @@ class LatentScene:
 
     def elastic(self, q, need_hess=True):
         """(energy, gradient, Hessian) of w0^2 sum_k c_k psi(F_k(q)) (+ reduced bending for cloth)."""
-        psi, dpsi, h_local = self.density_terms(self.local(q))
+        psi, dpsi, h_local = self.density_terms(self.local(q), need_hess)
         c = self.w0sq * self.weights
         d = self.dims
         energy = torch.dot(c, psi)
@@ -188,6 +188,7 @@ class LatentScene:
         self.has_floor = self.setup.floor_z is not None
         idx = sub.contact
         self.contact_V = self.V[torch.as_tensor(idx)]                   # [Kc,3,d]
+        self.contact_Vz = self.contact_V[:, 2, :].contiguous()
         self.contact_rest = _t(sub.rest[idx], self.device)              # [Kc,3]
         self.contact_mass = 1.0 / len(idx)                              # the samples carry the body
         self.floor_k = FLOOR_OMEGA2

@@ -124,7 +124,7 @@ class StrainEnergy(nn.Module):
         mu_s, lam_s = mu * torch.exp(s[0]), lam * torch.exp(s[1])
         return 0.5 * mu_s * a - mu_s * logJ + 0.5 * lam_s * logJ ** 2 + mu * (r ** 2).sum(-1)
 
-    def solid(self, y, feats, mu, lam):
+    def solid(self, y, feats, mu, lam, need_hess=True):
         """(psi [K], dpsi/dy [K,9], PSD d2psi/dy2 [K,9,9]) of dimensionless neo-Hookean + correction."""
         F = y.reshape(-1, 3, 3)
         s = self.log_scales(feats)
@@ -140,6 +140,8 @@ class StrainEnergy(nn.Module):
         da = 2.0 * y                                                  # [K,9]
         dL = dJ / J[:, None]
         grad = phi[:, 0:1] * da + phi[:, 1:2] * dL
+        if not need_hess:
+            return psi, grad, None
         eye = torch.eye(9, dtype=y.dtype, device=y.device)
         d2L = HJ / J[:, None, None] - dL[:, :, None] * dL[:, None, :]
         D = torch.stack([da, dL], dim=1)                              # [K,2,9]
@@ -157,7 +159,7 @@ class StrainEnergy(nn.Module):
         r, _ = self._correction(torch.stack([strain.sum(-1), (strain ** 2).sum(-1)], -1), feats, need_jacobian=False)
         return torch.exp(s[0]) * (strain ** 2).sum(-1) / 6.0 + (r ** 2).sum(-1) / 3.0
 
-    def cloth(self, y, rest_lengths, feats):
+    def cloth(self, y, rest_lengths, feats, need_hess=True):
         """(psi [K], dpsi/dy [K,6], PSD d2psi/dy2 [K,6,6]) of the edge membrane + correction."""
         S = EDGE_SELECT.to(y)
         e = torch.einsum("eij,kj->kei", S, y)                          # [K,3,3]
@@ -173,6 +175,8 @@ class StrainEnergy(nn.Module):
         psi = scale * (strain ** 2).sum(-1) / 6.0 + (r ** 2).sum(-1) / 3.0
         dinv = torch.stack([de.sum(1), 2.0 * torch.einsum("ke,kej->kj", strain, de)], 1)   # [K,2,6]
         grad = scale / 3.0 * torch.einsum("ke,kej->kj", strain, de) + (2.0 / 3.0) * torch.einsum("kj,kji,kia->ka", r, Jr, dinv)
+        if not need_hess:
+            return psi, grad, None
         # membrane Hessian with the compressive part dropped (as the reference does), PSD by construction
         hess = scale / 3.0 * (torch.einsum("kea,keb->kab", de, de)
                               + torch.einsum("ke,keab->kab", strain.clamp(min=0.0), d2e))
@@ -186,6 +190,13 @@ def project_psd(H):
     a state that is not valid fails the step instead of raising here)."""
     if not bool(torch.isfinite(H).all()):
         return torch.full_like(H, float("nan"))
-    scale = torch.linalg.norm(H, dim=(-2, -1), keepdim=True).clamp(min=1e-300)   # conditioning
-    vals, vecs = torch.linalg.eigh(0.5 * (H + H.transpose(-1, -2)) / scale)
-    return scale * ((vecs * vals.clamp(min=0.0).unsqueeze(-2)) @ vecs.transpose(-1, -2))
+    H = 0.5 * (H + H.transpose(-1, -2))
+    _, info = torch.linalg.cholesky_ex(H)
+    indefinite = info > 0                     # most samples near rest are positive definite already
+    if bool(indefinite.any()):
+        Hi = H[indefinite]
+        scale = torch.linalg.norm(Hi, dim=(-2, -1), keepdim=True).clamp(min=1e-300)   # conditioning
+        vals, vecs = torch.linalg.eigh(Hi / scale)
+        H = H.clone()
+        H[indefinite] = scale * ((vecs * vals.clamp(min=0.0).unsqueeze(-2)) @ vecs.transpose(-1, -2))
+    return H

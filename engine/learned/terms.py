@@ -92,11 +92,12 @@ def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms:
                  torch.zeros(d, d, dtype=q.dtype, device=q.device))
     if not s.has_floor:
         return zero
+    z = s.contact_rest[:, 2] + s.contact_Vz @ q
+    if float(z.min()) >= s.floor:
+        return zero
     x = s.contact_rest + torch.einsum("kid,d->ki", s.contact_V, q)
     pen = torch.clamp(x[:, 2] - s.floor, max=0.0)
     touching = (pen < 0).to(q.dtype)
-    if not bool(touching.any()):
-        return zero
     k = s.contact_mass * s.floor_k
     kf = s.contact_mass * s.friction / ctx.h ** 2 * touching
     slide = (x - ctx.contact_prev)[:, :2]
