@@ -93,10 +93,13 @@ def test_oracle_follows_the_reference_beam(beam_runs):
     setup, truth, (pred, fault, err) = beam_runs
     assert fault is None and err is None and pred.shape == truth.shape
     assert np.array_equal(pred[0], truth[0].astype(np.float32)) or np.allclose(pred[0], truth[0], atol=1e-6)
+    from engine.evaluation.oracle import oracle_rollout
     q_ref, q_orc = beam_quantities(truth, setup.rest, setup.dt), beam_quantities(pred, setup.rest, setup.dt)
     assert q_ref["sag"] > 0.01                                   # it sags centimetres under gravity
-    assert q_orc["sag"] == pytest.approx(q_ref["sag"], rel=0.3)  # a 72-DOF subspace is a bit stiffer
-    assert q_orc["sag"] < q_ref["sag"] * 1.02                    # never softer than the full space
+    kw = {"lattice_cells": 8, "substep": 1 / 48}
+    q_small = beam_quantities(oracle_rollout(setup, 2, **kw)[0], setup.rest, setup.dt)
+    # nested subspaces: more handles, softer; never softer than the full space
+    assert 0 < q_small["sag"] < q_orc["sag"] < q_ref["sag"] * 1.02
 
 
 def test_oracle_free_fall_is_exact(sphere):
