@@ -1,4 +1,4 @@
-"""Physics checks of the reference simulator (engine/reference.py) against textbook results.
+"""Physics checks of the reference simulator (engine/reference/) against textbook results.
 
 Run with `-s` to see the measured figures (they are quoted in docs/PHYSICS.md):
     .venv/bin/python -m pytest -q -s tests/test_reference.py
