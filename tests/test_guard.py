@@ -3,7 +3,7 @@ hands out a frame that has visibly exploded without saying so (issue 14).
 
 - the guard's measures: rigid motion never trips it; the three failures seen with the bundled
   model (a body grown 18x, a body turned inside out, cloth stretched 375%) always do;
-- real runs: deliberately unstable checkpoints (an untrained model; the v1 bundled model on cloth)
+- real runs: a deliberately unstable checkpoint (model v2 at its softest Lame scales)
   on the three failure setups stop with one line naming the frame and the limit, and the good
   frames they keep all pass the guard; `neurok simulate` then exits 2 and writes nothing, or the
   good frames with --keep-good-frames;
@@ -46,18 +46,18 @@ def scene(frames, material, pins=(), forces=(), floor=None):
 ALL = box([0, 0, 0], [1, 1, 1])
 
 
-def cylinder_push(frames=48):
+def cylinder_push(frames=48, push=15.0):
     """A pinned capsule pushed sideways (the issue's cylinder)."""
     mesh = make_shape("capsule", np.random.default_rng(3), 400)
     return mesh, scene(frames, {"preset": "rubber"}, [{"select": box([0, 0, 0], [1, 1, 0.15])}],
-                       [{"select": ALL, "accel": [15, 0, 0], "profile": {"type": "constant", "start": 0, "end": 20}}])
+                       [{"select": ALL, "accel": [push, 0, 0], "profile": {"type": "constant", "start": 0, "end": 20}}])
 
 
-def cone_shake(frames=48):
+def cone_shake(frames=48, shake=25.0):
     """A blunt superquadric pinned at its base and shaken (the issue's cone)."""
     mesh = make_shape("superquadric", np.random.default_rng(4), 400)
     return mesh, scene(frames, {"preset": "jelly"}, [{"select": box([0, 0, 0], [1, 1, 0.15])}],
-                       [{"select": ALL, "accel": [25, 0, 0], "profile": {"type": "sine", "frequency": 2.0}}])
+                       [{"select": ALL, "accel": [shake, 0, 0], "profile": {"type": "sine", "frequency": 2.0}}])
 
 
 def cloth_corners(frames=36):
@@ -72,10 +72,16 @@ FAILURE_CASES = {"cylinder_push": cylinder_push, "cone_shake": cone_shake, "clot
 
 @pytest.fixture(scope="module")
 def untrained_ckpt(tmp_path_factory):
-    """A deliberately unstable checkpoint: an untrained model (random potential)."""
+    """A deliberately unstable checkpoint: model v2 with its learned Lame scales at the softest it
+    allows (exp(-2), a material 7x softer than asked for); on the issue's solid setups with 10x
+    their forces it stretches past the caps of the limits within a few frames."""
     torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("unstable") / "untrained.ckpt"
-    save_checkpoint(path, NeurokModel())
+    model = NeurokModel()
+    with torch.no_grad():
+        model.energy.scales[-1].weight.zero_()
+        model.energy.scales[-1].bias.fill_(-50.0)
+    path = tmp_path_factory.mktemp("unstable") / "soft.ckpt"
+    save_checkpoint(path, model)
     return path
 
 
@@ -138,7 +144,7 @@ def test_limits_widen_with_the_forces_and_stay_capped():
     sc_hard["forces"][0]["accel"] = [1e6, 0, 0]
     hard = limits_for(setup_from_scene(mesh, sc_hard), 1.0)
     assert calm.edge_strain_mean <= pushed.edge_strain_mean <= hard.edge_strain_mean <= 1.0
-    assert hard.growth <= 3.0 and hard.edge_strain_max <= 4.0 and hard.volume_low >= 0.2
+    assert hard.growth <= 3.0 and hard.edge_strain_max <= 8.0 and hard.volume_low >= 0.2
 
 
 def test_a_deformed_first_frame_is_accepted():
@@ -167,22 +173,32 @@ def assert_clean_stop(run, setup):
 
 @pytest.mark.parametrize("case", ["cylinder_push", "cone_shake"])
 def test_unstable_checkpoint_stops_cleanly_on_solids(case, untrained_ckpt):
-    mesh, sc = FAILURE_CASES[case]()
+    mesh, sc = FAILURE_CASES[case](24, 150.0) if case == "cylinder_push" else FAILURE_CASES[case](24, 250.0)
     setup = setup_from_scene(mesh, sc)
     fault = assert_clean_stop(open_engine("neurok", untrained_ckpt, device="cpu").prepare(setup), setup)
     assert fault.violation.measure in ("growth", "volume_low", "volume_high", "edge_strain_mean",
                                        "edge_strain_max", "flipped_share")
 
 
-def test_bundled_v1_checkpoint_stops_cleanly_on_hung_cloth():
+def test_hung_cloth_either_stops_cleanly_or_stays_within_the_limits(untrained_ckpt):
+    """The v1 bundled model stretched this cloth by 22% and was stopped at frame 3; the v2 models
+    (exact membrane energy, bounded scales) stay within the limits. Either way no frame that breaks
+    them is handed out."""
     mesh, sc = cloth_corners()
     setup = setup_from_scene(mesh, sc)
-    fault = assert_clean_stop(open_engine("neurok", device="cpu").prepare(setup), setup)
-    assert fault.violation.measure == "edge_strain_mean" and "cloth" in str(fault)
+    for ckpt in (untrained_ckpt, None):
+        run = open_engine("neurok", ckpt, device="cpu").prepare(setup)
+        try:
+            frames = run.bake()
+        except ImplausibleFrame as fault:
+            assert "cloth" in str(fault) and len(fault.positions) == fault.frame
+            frames = fault.positions
+        guard = Guard(setup)
+        assert all(guard.check(t, x) is None for t, x in enumerate(frames) if t > 0)
 
 
 def test_preview_stream_stops_at_the_same_frame(untrained_ckpt):
-    mesh, sc = cone_shake()
+    mesh, sc = cone_shake(24, 250.0)
     setup = setup_from_scene(mesh, sc)
     engine = open_engine("neurok", untrained_ckpt, device="cpu")
     seen = []
@@ -193,7 +209,7 @@ def test_preview_stream_stops_at_the_same_frame(untrained_ckpt):
 
 
 def test_cli_writes_nothing_or_only_the_good_frames(tmp_path, capsys, untrained_ckpt):
-    mesh, sc = cone_shake(frames=24)
+    mesh, sc = cone_shake(24, 250.0)
     mesh_path, scene_path = tmp_path / "cone.obj", tmp_path / "shake.json"
     write_obj(mesh_path, mesh)
     scene_path.write_text(json.dumps(sc))
@@ -216,7 +232,7 @@ def test_cli_writes_nothing_or_only_the_good_frames(tmp_path, capsys, untrained_
 
 def test_evaluation_counts_a_guard_stop_as_a_failure(untrained_ckpt):
     from engine.evaluation.metrics import predict, sequence_metrics
-    mesh, sc = cone_shake(frames=24)
+    mesh, sc = cone_shake(24, 250.0)
     setup = setup_from_scene(mesh, sc)
     pred, fault, err, _ = predict(open_engine("neurok", untrained_ckpt, device="cpu"), setup)
     assert fault is not None and err.startswith("implausible result at frame")
@@ -266,7 +282,7 @@ def test_a_guard_stop_of_the_reference_retries_then_names_the_limit():
 JELLY_V1 = pytest.mark.skip(reason="the v1 corotated reference collapses a poked jelly to 14% of its volume "
                                    "(DESIGN.md section 3), which the guard rightly stops; re-enable with the "
                                    "neo-Hookean reference")
-DEMOS = [("sheet", "flag_wind"), pytest.param("sphere", "jelly_poke", marks=JELLY_V1), ("blob", "toy_drop")]
+DEMOS = [("sheet", "flag_wind"), ("sphere", "jelly_poke"), ("blob", "toy_drop")]
 
 
 @pytest.mark.parametrize("family, scene_name", DEMOS)

@@ -24,7 +24,7 @@ from .measures import MeshMeasures, best_rotation
 
 # ---- solids (stiffness = Young's modulus E in Pa, density in kg/m^3)
 SOLID_STRAIN_MEAN = (0.30, 1.00)   # (limit with no load, cap) for the mean edge strain
-SOLID_STRAIN_MAX = (1.50, 4.00)
+SOLID_STRAIN_MAX = (1.50, 8.00)
 SOLID_GROWTH = (1.80, 3.00)
 SOLID_VOLUME_FLOOR = 0.20          # never accept less than 20% of the rest volume
 SOLID_FLIPPED = 0.40               # share of surface triangles turned against the body's best-fit rotation
@@ -37,6 +37,7 @@ CLOTH_GROWTH = (1.80, 2.50)
 STRAIN_MEAN_PER_LOAD = 1.5
 STRAIN_MAX_PER_LOAD = 3.0
 GROWTH_PER_LOAD = 1.5
+EDGE_QUANTILE = 0.99              # "max" edge strain = the 99th percentile over edges
 INITIAL_MARGIN = 1.25              # a frame 0 that is already deformed widens the limits to 1.25x its own measures
 
 MEASURE_ORDER = ("finite", "growth", "volume_low", "volume_high", "edge_strain_mean", "edge_strain_max",
@@ -75,7 +76,7 @@ class Violation:
         if self.measure == "edge_strain_mean":
             return f"its edges are stretched or squashed by {v:.1%} on average (limit {lim:.1%})"
         if self.measure == "edge_strain_max":
-            return f"an edge is stretched or squashed by {v:.0%} (limit {lim:.0%})"
+            return f"1% of its edges are stretched or squashed by {v:.0%} or more (limit {lim:.0%})"
         if self.measure == "flipped_share":
             return f"{v:.0%} of its surface triangles are flipped (limit {lim:.0%})"
         return f"{self.measure} = {v:.3g} (limit {lim:.3g})"
@@ -206,7 +207,9 @@ class Guard:
         R = best_rotation(mm.rest, x)
         return {"growth": mm.growth(x, R),
                 "edge_strain_mean": float(strain.mean()) if len(strain) else 0.0,
-                "edge_strain_max": float(strain.max()) if len(strain) else 0.0,
+                # the worst 1% of edges, not the single worst: a sliver edge a few micrometres long
+                # next to a poke can triple its length in a correct simulation
+                "edge_strain_max": float(np.quantile(strain, EDGE_QUANTILE)) if len(strain) else 0.0,
                 "volume_ratio": mm.volume_ratio(x) if self.limits.volume_low is not None else None,
                 "flipped_share": mm.flipped_share(x, R) if self.limits.flipped_share is not None else 0.0}
 
