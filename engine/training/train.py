@@ -73,15 +73,14 @@ def encode_frames(scene: LatentScene, positions) -> torch.Tensor:
     return torch.stack([scene.encode(scene.sub.norm.forward(x)) for x in positions])
 
 
-def rollout_loss(item: TrainItem, frames: int, rng) -> torch.Tensor:
+def rollout_loss(item: TrainItem, frames: int, rng=None, t0=None, noise=START_NOISE) -> torch.Tensor:
     """Mean squared latent error (mass-weighted RMS displacement, diagonals) of a short rollout
-    from a noisy encoded true state, against the encoded true frames."""
+    from a noisy encoded true state (random start frame unless `t0`), against the encoded true frames."""
     setup, scene, qs = item.setup, item.scene, item.qs
     substeps = max(1, int(math.ceil(setup.dt / SUBSTEP - 1e-9)))
     h = setup.dt / substeps
-    t0 = int(rng.integers(1, len(qs) - frames))
-    noise = torch.as_tensor(rng.normal(0.0, START_NOISE, size=qs.shape[1]), dtype=DTYPE)
-    q = qs[t0] + noise
+    t0 = int(rng.integers(1, len(qs) - frames)) if t0 is None else t0
+    q = qs[t0] + (torch.as_tensor(rng.normal(0.0, noise, size=qs.shape[1]), dtype=DTYPE) if noise else 0.0)
     qd = (qs[t0] - qs[t0 - 1]) / setup.dt
     errors = []
     for k in range(frames):
@@ -122,8 +121,8 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     """Train (or fine-tune from `init`) and write the checkpoint `out`. `progress(fraction)` is
     called after each step; setting the `cancel` event stops early (the checkpoint is saved)."""
     rank, world = distributed()
-    torch.manual_seed(seed + rank)
-    rng = np.random.default_rng([seed, rank])
+    torch.manual_seed(seed)                 # the same initial weights on every process
+    rng = np.random.default_rng([seed, rank])   # each process its own batches
     torch.set_num_threads(1)  # many small ops: threads only add overhead
     if steps is None and minutes is None:
         steps = 200
@@ -177,8 +176,10 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
             last_save = time.perf_counter()
     if bar:
         bar.close()
+    agree = ranks_agree(model, world)
     if rank == 0:
-        _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data)
+        _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data,
+              {"ranks": world, "ranks_identical": agree} if world > 1 else None)
         if val_items and not quiet:
             print(f"validation: {validation_summary(model, val_items)}")
     return model, history
@@ -196,8 +197,19 @@ def _initial_model(init, resume):
     return model, {"optimizer": payload["optimizer"], "step": int(payload["step"]), "elapsed": float(payload["elapsed"])}
 
 
-def _save(out, resume, model, opt, step, elapsed, items, history, data):
+def ranks_agree(model, world) -> bool:
+    """Whether every process ends with the same weights (gradient averaging keeps them in step)."""
+    if world == 1:
+        return True
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    gathered = [torch.zeros_like(flat) for _ in range(world)]
+    torch.distributed.all_gather(gathered, flat)
+    return all(torch.equal(gathered[0], g) for g in gathered[1:])
+
+
+def _save(out, resume, model, opt, step, elapsed, items, history, data, extra_meta=None):
     meta = data_statistics(items)
+    meta.update(extra_meta or {})
     recent = history[-50:]
     meta.update({"data": str(data), "sequences": len(items), "steps": step, "seconds": round(elapsed, 1),
                  "final_losses": {"rollout": float(np.mean([h["rollout"] for h in recent]))} if recent else {}})
