@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from ..core.geometry import is_closed, winding_numbers
 
 DEFAULT_LATTICE_CELLS = 6       # quadratic cells along the longest side of a solid
-MAX_LATTICE_CELLS = 500         # cap on occupied cells (cost grows ~linearly)
+MAX_LATTICE_CELLS = 500         # cap on occupied quadratic cells (linear: 8x as many, same node budget)
 SNAP_MIN = 0.05                 # an inserted grid plane is at least this share of a cell from another
 
 # Kuhn split: six tetrahedra, one per axis order, all along the 0 -> (1,1,1) diagonal
@@ -90,7 +90,7 @@ class Lattice:
             snaps = [() if snap_box is None else (snap_box[0][a], snap_box[1][a]) for a in range(3)]
             self.planes = [grid_planes(lo[a], lo[a] + extent[a], counts[a], snaps[a]) for a in range(3)]
             occupied = self._occupied_cells(rest, faces)
-            if occupied.sum() <= MAX_LATTICE_CELLS or cells <= 2:
+            if occupied.sum() <= MAX_LATTICE_CELLS * (8 if order == 1 else 1) or cells <= 2:
                 break
             cells = max(2, int(cells * 0.85))
         self.cell_ids = np.argwhere(occupied)                                # [C,3]
