@@ -354,6 +354,8 @@ def write_report(suite, result, scenes, beam, stress, bench_result, ablations, d
     m = bench_result.get("machine", {})
     generated += (f" Machine: {m.get('cpu')}, {m.get('cpu_affinity') or m.get('cpu_count')} CPU cores, torch {m.get('torch')}; "
                   f"CUDA: {m.get('cuda') or 'none'}.")
+    if suite.get("source"):
+        generated += f" {suite['source']}"
     mm = suite.get("model_meta") or {}
     generated += (f" Model: `{_rel(suite['model'])}` (latent {scenes.get('oracle', {}).get('model_latent') or 'unknown'}; trained "
                   f"{mm.get('steps')} steps / {_minutes(mm.get('seconds'))} on {mm.get('sequences')} sequences).")

@@ -178,6 +178,7 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
              "model": model_path, "model_arg": model_arg,
              "model_meta": {k: meta.get(k) for k in ("data", "sequences", "steps", "seconds", "final_losses")},
              "training_data": train_data, "eval_data": str(data), "out": str(out), "timings_s": timings,
+             "source": source_description(),
              "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
              "wall_minutes": round((time.time() - started) / 60.0, 1)}
     write_json(out / "suite.json", suite)
@@ -189,10 +190,28 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
     return path
 
 
-def rebuild_report(preset="small", out_dir="eval_out", docs_dir=None):
-    """docs/EVALUATION.md again from the JSON of an earlier run (no simulation)."""
+def source_description() -> str:
+    """Which code ran: the git commit (and whether the tree had changes), when there is git."""
+    import subprocess
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "engine", "assets"], cwd=ROOT, capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    if not commit:
+        return ""
+    return f"Code: commit {commit}" + (" with uncommitted changes under engine/ or assets/." if dirty else ".")
+
+
+def rebuild_report(preset="small", out_dir="eval_out", docs_dir=None, source=None):
+    """docs/EVALUATION.md again from the JSON of an earlier run (no simulation); `source`
+    replaces the recorded description of the code that ran."""
     out = Path(out_dir) / preset
     j = {name: json.loads((out / f"{name}.json").read_text())
          for name in ("suite", "eval", "scenes", "beam", "stress", "bench", "ablations")}
+    if source is not None:
+        j["suite"]["source"] = source
     return write_report(j["suite"], j["eval"], j["scenes"], j["beam"], j["stress"], j["bench"], j["ablations"],
                         Path(docs_dir) if docs_dir else ROOT / "docs")
