@@ -13,6 +13,7 @@ import torch
 
 from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MATERIAL, material_omega2
 from ..core.scene import Setup, profile_value
+from . import interactions
 from .materials import DTYPE, StrainEnergy, lame
 from .subspace import Subspace, build_subspace, trilinear_gradients
 
@@ -46,6 +47,7 @@ class LatentScene:
                             for w, a, profile in setup.force_terms]
         self._pins()
         self._floor()
+        interactions.prepare(self)                              # colliders and force fields
         self._encoder()
         self.q0 = self.encode(sub.norm.forward(setup.x0))
         self.qd0 = self.encode_velocity(setup.v0 / self.scale)

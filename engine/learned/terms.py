@@ -2,7 +2,7 @@
 
 A backward-Euler step from (q_n, q'_n) minimises the incremental potential
 
-    E(q) = inertia + elastic + external work + pins + damping + floor
+    E(q) = inertia + elastic + external work + pins + damping + floor + colliders
 
 over q. Each term below takes the trial state q and the step's `StepContext` and returns its
 energy, gradient and Hessian (a `Terms` triple; the Hessian is positive semi-definite, projected
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import interactions
 from .latent_scene import LatentScene
 from .materials import DTYPE
 
@@ -41,6 +42,7 @@ class StepContext:
     pin_b: torch.Tensor          # pin targets at the end of the step, reduced
     damping: torch.Tensor        # Rayleigh D = alpha I + beta K(q_n)
     contact_prev: torch.Tensor   # contact sample positions at q_n (friction)
+    frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: interactions.py)
 
     @classmethod
     def build(cls, scene: LatentScene, frame: int, q_n, qd_n, h: float):
@@ -50,7 +52,8 @@ class StepContext:
         if mat.get("damping", 0.0) > 0:
             damping = damping + float(mat["damping"]) * elastic(q_n, None, scene).hess
         prev = scene.contact_rest + torch.einsum("kid,d->ki", scene.contact_V, q_n)
-        return cls(scene, h, q_n, qd_n, scene.forcing(frame), scene.pin_b(frame + 1), damping, prev)
+        force = scene.forcing(frame) + interactions.field_force(scene, frame, q_n, qd_n)  # fields on the deformed surface
+        return cls(scene, h, q_n, qd_n, force, scene.pin_b(frame + 1), damping, prev, frame)
 
 
 def elastic(q, ctx, scene: LatentScene | None = None, need_hess=True) -> Terms:
@@ -112,7 +115,12 @@ def elastic_term(q, ctx: StepContext, need_hess=True) -> Terms:
     return elastic(q, ctx, need_hess=need_hess)
 
 
-TERMS = (inertia, elastic_term, external_work, pins, damping, floor_contact)
+def collider_contact(q, ctx: StepContext, need_hess=True) -> Terms:
+    """Penalty and friction against `setup.colliders` at the contact samples: `interactions.collider_contact`."""
+    return Terms(*interactions.collider_contact(q, ctx, need_hess))
+
+
+TERMS = (inertia, elastic_term, external_work, pins, damping, floor_contact, collider_contact)
 
 
 def total(q, ctx: StepContext, need_hess=True) -> Terms:
@@ -125,6 +133,6 @@ def total(q, ctx: StepContext, need_hess=True) -> Terms:
 def total_energy(q, ctx: StepContext):
     """The incremental potential alone (line search), +inf where a sample would invert."""
     e = elastic_energy(q, ctx.scene)
-    for term in (inertia, external_work, pins, damping, floor_contact):
+    for term in (inertia, external_work, pins, damping, floor_contact, collider_contact):
         e = e + term(q, ctx, need_hess=False).energy
     return e

@@ -1,0 +1,243 @@
+"""The learned engine's interactions with the world around its body: collision objects and force
+fields (Blender's Collision physics and effectors; `engine.core.colliders`, `engine.core.fields`).
+
+`prepare(scene)` runs once per mesh (from `LatentScene.__init__`) and stores on the scene what
+the two interactions need, in the scene's normalised units (lengths / bounding-box diagonal L,
+per unit body mass):
+
+* ``scene.latent_colliders``  each `Collider` of `setup.colliders` moved into normalised space;
+* ``scene.field_*``           the field samples (see `field_force`).
+
+Colliders -- `collider_contact(q, ctx)`, one more energy term of `terms.TERMS`. Like the floor,
+it acts at the contact samples ``scene.contact_V`` / ``scene.contact_rest``: each sample closer
+to a collider's surface than its Thickness Outer (or inside a closed collider, or less than
+Thickness Inner behind an open one) is pushed out by the penalty
+
+    E_n = 1/2 k m sum_i (thickness - d_i)^2,   k = FLOOR_OMEGA2 (the floor's 160 Hz spring),
+
+d_i the signed distance to the collider at the step's END frame (frame + 1; substeps of one
+frame all see the collider there), m the mass a sample carries (1/Kc: the samples carry the
+body, as for the floor). Friction resists the sample's tangential slide relative to the
+collider's own motion over the step, E_t = 1/2 (m mu / h^2) sum |T_i (x_i - x_i^n - u_i)|^2,
+with mu the collider's friction read as the floor's FLOOR_FRICTION is (the share of the slide
+resisted per step), T_i = I - n_i n_i^T and u_i the collider's displacement over the step at the
+closest point. Per sample gradient and Gauss-Newton Hessian are pulled back to the latent space
+(g -> V^T g, H -> V^T H V), exactly as `terms.floor_contact`. The geometry (closest point, normal,
+inside test) is computed in numpy at the trial state and held fixed; the energy is still
+differentiable in q (and q_n, for training) through a first-order expansion about that point.
+The collider's Damping is not used (backward Euler already removes the approach speed). Only the
+contact samples feel a collider: an edge thinner than the spacing of the samples can slip
+between them.
+
+Force fields -- `field_force(scene, frame, q_n, qd_n)`, added to the step's generalised force
+in `StepContext.build`. See its docstring for the approximation.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..core.colliders import Collider, closest_points, face_normals
+from ..core.fields import total_accel
+from ..core.geometry import winding_numbers
+from ..core.physics import FLOOR_OMEGA2
+from .materials import DTYPE
+
+
+def prepare(scene) -> None:
+    """Once per mesh: colliders in normalised space and the field samples (called by `LatentScene`)."""
+    _prepare_colliders(scene)
+    _prepare_fields(scene)
+
+
+# --------------------------------------------------------------------------- colliders
+
+def _prepare_colliders(scene) -> None:
+    norm = scene.sub.norm
+    out = []
+    for c in getattr(scene.setup, "colliders", None) or []:
+        out.append(Collider(name=c.name, faces=c.faces, positions=norm.forward(c.positions),
+                            thickness_outer=c.thickness_outer / norm.scale,
+                            thickness_inner=c.thickness_inner / norm.scale,
+                            friction=c.friction, damping=c.damping, closed=c.closed, meta=c.meta))
+    scene.latent_colliders = out
+    scene.collider_k = FLOOR_OMEGA2
+
+
+def _barycentric(p, a, b, c):
+    """Barycentric coordinates [P,3] of points p on triangles (a, b, c) (each [P,3])."""
+    v0, v1, v2 = b - a, c - a, p - a
+    d00 = np.einsum("pi,pi->p", v0, v0)
+    d01 = np.einsum("pi,pi->p", v0, v1)
+    d11 = np.einsum("pi,pi->p", v1, v1)
+    d20 = np.einsum("pi,pi->p", v2, v0)
+    d21 = np.einsum("pi,pi->p", v2, v1)
+    den = d00 * d11 - d01 * d01
+    den = np.where(np.abs(den) > 1e-300, den, 1.0)
+    v = (d11 * d20 - d01 * d21) / den
+    w = (d00 * d21 - d01 * d20) / den
+    return np.stack([1.0 - v - w, v, w], axis=1)
+
+
+def collider_geometry(c: Collider, x: np.ndarray, frame: float, h: float, dt: float):
+    """Contacts of points x [P,3] (normalised) with collider c at `frame`:
+    (indices [A], signed distance [A], outward normal [A,3], collider displacement over a step of
+    h seconds at the closest point [A,3]) for the active points, or None when none is active."""
+    verts = c.at(frame)
+    reach = c.thickness_outer if c.closed else max(c.thickness_outer, c.thickness_inner)
+    lo, hi = verts.min(axis=0) - reach, verts.max(axis=0) + reach
+    near = np.nonzero(np.all((x >= lo) & (x <= hi), axis=1))[0]
+    if len(near) == 0:
+        return None
+    p = x[near]
+    closest, dist, face = closest_points(p, verts, c.faces)
+    fn = face_normals(verts, c.faces)[face]
+    diff = p - closest
+    if c.closed:
+        inside = winding_numbers(p, verts, c.faces) > 0.5
+    else:
+        inside = np.einsum("pi,pi->p", diff, fn) < 0.0
+    sign = np.where(inside, -1.0, 1.0)
+    sd = sign * dist
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n = np.where(dist[:, None] > 1e-12, diff / np.maximum(dist, 1e-300)[:, None] * sign[:, None], fn)
+    active = sd < c.thickness_outer
+    if not c.closed:
+        active &= sd > -c.thickness_inner
+    if not active.any():
+        return None
+    keep = np.nonzero(active)[0]
+    tri = c.faces[face[keep]]
+    if c.frames > 1:
+        vel = c.velocity(frame - 1.0, dt)                     # over the frame that ends at `frame`
+        bary = _barycentric(closest[keep], verts[tri[:, 0]], verts[tri[:, 1]], verts[tri[:, 2]])
+        disp = h * np.einsum("pj,pji->pi", bary, vel[tri])
+    else:
+        disp = np.zeros((len(keep), 3))
+    return near[keep], sd[keep], n[keep], disp
+
+
+def collider_contact(q, ctx, need_hess=True):
+    """(energy, gradient, Hessian) of the collider penalty and friction at the contact samples,
+    summed over `setup.colliders` (see the module docstring). Zero when there is none."""
+    s = ctx.scene
+    d = len(q)
+    energy = torch.zeros((), dtype=q.dtype, device=q.device)
+    g = torch.zeros_like(q)
+    H = torch.zeros(d, d, dtype=q.dtype, device=q.device)
+    cols = getattr(s, "latent_colliders", None)
+    if not cols:
+        return energy, g, H
+    x = s.contact_rest + torch.einsum("kid,d->ki", s.contact_V, q)
+    xn = x.detach().cpu().numpy()
+    frame = float(getattr(ctx, "frame", 0)) + 1.0
+    m = s.contact_mass
+    k = m * s.collider_k
+    for c in cols:
+        geo = collider_geometry(c, xn, frame, ctx.h, s.setup.dt)
+        if geo is None:
+            continue
+        idx = torch.as_tensor(geo[0], device=q.device)
+        sd, n, disp = (torch.as_tensor(a, dtype=q.dtype, device=q.device) for a in geo[1:])
+        xi, Vi = x[idx], s.contact_V[idx]                                      # [A,3], [A,3,d]
+        depth = c.thickness_outer - (sd + torch.einsum("pi,pi->p", xi - xi.detach(), n))
+        Vn = torch.einsum("pi,pid->pd", n, Vi)                                 # n^T V per sample
+        energy = energy + 0.5 * k * torch.dot(depth, depth)
+        g = g - k * Vn.T @ depth
+        H = H + k * Vn.T @ Vn
+        if c.friction > 0.0:
+            kf = m * c.friction / ctx.h ** 2
+            slide = xi - ctx.contact_prev[idx] - disp
+            st = slide - torch.einsum("pi,pi->p", slide, n)[:, None] * n      # tangential part
+            energy = energy + 0.5 * kf * torch.sum(st * st)
+            g = g + kf * torch.einsum("pi,pid->d", st, Vi)
+            VT = Vi - n[:, :, None] * Vn[:, None, :]                          # (I - n n^T) V
+            H = H + kf * torch.einsum("pid,pie->de", VT, VT)
+    return energy, g, H
+
+
+# --------------------------------------------------------------------------- force fields
+
+def _prepare_fields(scene) -> None:
+    setup = scene.setup
+    scene.field_effectors = list(getattr(setup, "effectors", None) or [])
+    if not scene.field_effectors:
+        return
+    sub, dev = scene.sub, scene.device
+    samples = np.asarray(sub.contact)
+    # each vertex belongs to its nearest sample at rest (a Voronoi cell); a sample stands for the
+    # mass-weighted basis of its whole cell, so a field uniform over each cell reduces exactly
+    owner = np.empty(len(sub.rest), dtype=np.int64)
+    ps = sub.rest[samples]
+    for s0 in range(0, len(sub.rest), 2048):
+        chunk = sub.rest[s0:s0 + 2048]
+        owner[s0:s0 + 2048] = np.argmin(((chunk[:, None, :] - ps[None]) ** 2).sum(-1), axis=1)
+    cell_V = np.zeros((len(samples), 3, scene.dims))
+    np.add.at(cell_V, owner, scene.vertex_mass[:, None, None] * sub.vertex_basis)
+    scene.field_V = torch.as_tensor(cell_V, dtype=DTYPE, device=dev)
+    # vertex normals at the samples on the deformed surface: from the faces around each sample
+    faces = np.asarray(sub.faces, dtype=np.int64).reshape(-1, 3)
+    pos = np.full(len(sub.rest), -1)
+    pos[samples] = np.arange(len(samples))
+    around = np.nonzero((pos[faces] >= 0).any(axis=1))[0] if len(faces) else np.zeros(0, dtype=np.int64)
+    local_faces = faces[around]
+    verts, inverse = np.unique(np.concatenate([samples, local_faces.ravel()]), return_inverse=True)
+    scene.field_samples = samples
+    scene.field_local_vertices = verts
+    scene.field_sample_local = inverse[:len(samples)]
+    scene.field_local_faces = inverse[len(samples):].reshape(-1, 3)
+    corner = pos[local_faces]                                                   # [Fi,3] sample index or -1
+    scene.field_corner = np.nonzero(corner >= 0)                                # (face, corner) pairs
+    scene.field_corner_sample = corner[scene.field_corner]
+    scene.field_local_V = sub.vertex_basis[verts].reshape(-1, scene.dims)       # [3U, d]
+    rest_part = getattr(setup, "field_accel_rest", None)
+    if setup.accel_table is not None and rest_part is not None:
+        scene.field_rest_force = torch.einsum("n,nid,tni->td", torch.as_tensor(scene.vertex_mass, dtype=DTYPE),
+                                              torch.as_tensor(sub.vertex_basis, dtype=DTYPE),
+                                              torch.as_tensor(np.asarray(rest_part) / scene.scale, dtype=DTYPE)).to(dev)
+    else:
+        scene.field_rest_force = None
+
+
+def field_samples_state(scene, q, qd):
+    """Positions (m), velocities (m/s) and unit normals of the field samples at the latent state."""
+    sub = scene.sub
+    qn = q.detach().cpu().numpy().astype(np.float64)
+    qdn = qd.detach().cpu().numpy().astype(np.float64)
+    U = scene.field_local_vertices
+    xl = sub.rest[U] + (scene.field_local_V @ qn).reshape(-1, 3)
+    vl = (scene.field_local_V @ qdn).reshape(-1, 3)
+    s = scene.field_sample_local
+    normals = np.zeros((len(s), 3))
+    if len(scene.field_local_faces):
+        fn = np.cross(xl[scene.field_local_faces[:, 1]] - xl[scene.field_local_faces[:, 0]],
+                      xl[scene.field_local_faces[:, 2]] - xl[scene.field_local_faces[:, 0]])
+        np.add.at(normals, scene.field_corner_sample, fn[scene.field_corner[0]])
+        normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-300)
+    return sub.norm.inverse(xl[s]), vl[s] * sub.norm.scale, normals
+
+
+def field_force(scene, frame: int, q_n, qd_n):
+    """Generalised force of `setup.effectors` for the step from `frame`, evaluated on the deformed
+    surface at the start of the step, minus their rest-surface share already in the painted table
+    (`setup.field_accel_rest`, inside `setup.accel_table`): added to `scene.forcing(frame)`, the
+    painted part (accel_table - field_accel_rest) stays as it is. 0.0 when there are no effectors.
+
+    Approximation (stated for users in docs/ADDON.md): the fields are evaluated, once per step
+    and explicitly (at q_n, q'_n), at the contact samples only -- their decoded positions,
+    velocities and area-weighted vertex normals (on the surface, as Blender's cloth, for cloth;
+    as points for solids, as the add-on's table does) -- and each sample's acceleration is taken
+    as uniform over its rest-space Voronoi cell, whose mass-weighted basis it carries:
+    f = sum_k (sum_{n in cell k} m_n V_n)^T a_k. Fields that vary faster than the spacing of the
+    samples are smoothed, and a very strong Drag (strength x step > 2) can overshoot, as with any
+    explicit force."""
+    effectors = getattr(scene, "field_effectors", None)
+    if not effectors:
+        return 0.0
+    x, v, normals = field_samples_state(scene, q_n, qd_n)
+    a = total_accel(effectors, frame, x, v, normals, surface=scene.kind == "cloth") / scene.scale
+    f = torch.einsum("kid,ki->d", scene.field_V, torch.as_tensor(a, dtype=scene.field_V.dtype, device=scene.field_V.device))
+    rest = scene.field_rest_force
+    if rest is not None:
+        f = f - rest[min(int(frame), len(rest) - 1)]
+    return f.to(q_n.dtype)
