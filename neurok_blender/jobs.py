@@ -70,6 +70,7 @@ class Job:
         self.result = None
         self.ood = None
         self.fault_frame = None
+        self.partial = None  # after a fault: the good frames before it (world space), from `Run.bake`
         self.thread: threading.Thread | None = None
         self.sync = False
         self.handler = None
@@ -108,7 +109,7 @@ class Job:
         except Cancelled:
             self._emit("cancelled")
         except SimulationFault as e:
-            self._emit("fault", str(e), getattr(e, "frame", None))
+            self._emit("fault", str(e), getattr(e, "frame", None), getattr(e, "positions", None))
         except NeurokError as e:
             self._emit("error", str(e))
         except ImportError as e:
@@ -157,6 +158,7 @@ class Job:
                 self.status = "cancelled"
             elif kind == "fault":
                 self.status, self.message, self.fault_frame = "fault", msg[1], msg[2]
+                self.partial = msg[3] if len(msg) > 3 else None
             elif kind == "error":
                 self.status, self.message = "error", msg[1]
             if kind in ("done", "cancelled", "fault", "error"):

@@ -267,6 +267,10 @@ class NeurokSceneSettings(bpy.types.PropertyGroup):
                                         "beyond a few hundred frames)")])
     specialize_minutes: FloatProperty(name="Minutes", default=1.0, min=0.1, soft_max=30.0,
                                       description="Time spent fine-tuning the model on this object")
+    keep_frames_before_stop: BoolProperty(
+        name="Keep Frames Before a Stop", default=False,
+        description="When a bake stops because the simulation became implausible or unstable, keep the frames "
+                    "computed before that point as a complete, shorter bake (off: nothing is written)")
 
 
 classes = (NeurokForce, NeurokBake, NeurokFieldWeights, NeurokObjectSettings, NeurokSceneSettings)

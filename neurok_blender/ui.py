@@ -90,6 +90,7 @@ class VIEW3D_PT_neurok(NeurokPanel, bpy.types.Panel):
         row.operator("neurok.bake_cache", text="Bake Cache", icon='FILE_CACHE')
         row.operator("neurok.bake_shape_keys", text="Bake Shape Keys", icon='SHAPEKEY_DATA')
         box.operator("neurok.free_bake", text="Free Bake", icon='TRASH')
+        box.prop(context.scene.neurok, "keep_frames_before_stop")
         bake = obj.neurok.bake
         if bake.kind != 'NONE':
             kind = "Mesh Cache" if bake.kind == 'CACHE' else "Shape Keys"
@@ -404,6 +405,7 @@ class PHYSICS_PT_neurok_bake(PhysicsPanel, bpy.types.Panel):
         row.operator("neurok.free_bake", text="Delete Bake", icon='TRASH')
         layout.operator("neurok.bake_shape_keys", text="Bake to Shape Keys", icon='SHAPEKEY_DATA')
         layout.prop(context.scene.neurok, "shape_key_mode")
+        layout.prop(context.scene.neurok, "keep_frames_before_stop")
 
 
 class PHYSICS_PT_neurok_settings(PhysicsPanel, bpy.types.Panel):

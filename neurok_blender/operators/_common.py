@@ -12,10 +12,28 @@ def report_warnings(op, warnings) -> None:
         op.report({'WARNING'}, w)
 
 
-def fault_sentence(job) -> str:
-    frame = "" if job.fault_frame is None else f" at frame {job.inputs.frame_start + int(job.fault_frame)}"
-    return (f"The simulation became unstable{frame}, so nothing was written; try more damping, "
-            "a stiffer material or the Reference engine.")
+ADVICE = "try more damping, a stiffer material or the Reference engine"
+
+
+def good_frames(job) -> int:
+    """How many plausible frames a stopped run computed before its fault (0 when none were kept)."""
+    return 0 if job.partial is None else len(job.partial)
+
+
+def fault_sentence(job, kept: int | None = None, preview: bool = False) -> str:
+    """The engine's own one line (the same as `neurok simulate`: the frame and the limit it broke), with the scene
+    frame, and what became of the frames before it."""
+    where = "" if job.fault_frame is None else f" at scene frame {job.inputs.frame_start + int(job.fault_frame)}"
+    what = (job.message or "the simulation became unstable").strip().rstrip(".")
+    if preview:
+        tail = "the preview shows the frames before it"
+    elif kept:
+        tail = (f"kept the {kept} frames before it as a shorter bake "
+                f"(scene frames {job.inputs.frame_start}–{job.inputs.frame_start + kept - 1})")
+    else:
+        n = good_frames(job)
+        tail = "nothing was written" + (f" (turn on Keep Frames Before a Stop to keep the {n} good frames)" if n > 1 else "")
+    return f"NeuROK stopped{where}: {what}; {tail}; {ADVICE}."
 
 
 class JobOperator:
@@ -93,13 +111,39 @@ class JobOperator:
     def on_done(self, context, obj, job):
         raise NotImplementedError
 
+    keeps_partial = False  # operators that can write the frames before a stop as a shorter bake
+
+    def _finish_fault(self, context, job):
+        """A run stopped by the guard or an unsolvable step: nothing is written unless the user chose Keep Frames
+        Before a Stop; then the good frames become a complete, shorter bake through the operator's own `on_done`
+        (the cache file is written atomically: never half a file)."""
+        keep = self.keeps_partial and context.scene.neurok.keep_frames_before_stop and good_frames(job) > 1
+        obj = jobs.follow_rename(job) if keep else None
+        if keep and (obj is None or obj.type != 'MESH' or len(obj.data.vertices) != job.inputs.data_vertices
+                     or bridge.topology_hash(obj.data) != job.inputs.topology):
+            keep = False
+        if not keep:
+            self.report({'ERROR'}, fault_sentence(job))
+            return {'CANCELLED'}
+        job.result = job.partial
+        try:
+            self.on_done(context, obj, job)
+        except NeurokError as e:
+            self.report({'ERROR'}, str(e))
+            return {'CANCELLED'}
+        except OSError as e:
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+            self.report({'ERROR'}, f"Could not write the result{where}: {e.strerror or e}.")
+            return {'CANCELLED'}
+        self.report({'WARNING'}, fault_sentence(job, kept=len(job.partial)))
+        return {'FINISHED'}
+
     def finish(self, context, job):
         if job.status == "cancelled":
             self.report({'WARNING'}, self.cancelled_message)
             return {'CANCELLED'}
         if job.status == "fault":
-            self.report({'ERROR'}, fault_sentence(job))
-            return {'CANCELLED'}
+            return self._finish_fault(context, job)
         if job.status == "error":
             msg = job.message.strip() or "The engine failed."
             self.report({'ERROR'}, msg if msg.endswith(".") else msg + ".")

@@ -17,6 +17,7 @@ class NEUROK_OT_bake_cache(_common.JobOperator, bpy.types.Operator):
                                 description="Object to bake (default: the active object)")
 
     job_kind = "bake"
+    keeps_partial = True  # Keep Frames Before a Stop: the good frames become a shorter cache
 
     def execute(self, context):
         obj = _common.target_or_report(self, context, self.object_name)
@@ -35,5 +36,6 @@ class NEUROK_OT_bake_cache(_common.JobOperator, bpy.types.Operator):
         if obj.neurok.bake.kind == 'SHAPE_KEYS':
             bridge.remove_shape_keys(obj)
         bridge.record_bake(obj, 'CACHE', inputs, job.elapsed(), job.ood)
-        self.report({'INFO'}, f"Baked {inputs.frames} frames of '{obj.name}' in {job.elapsed():.1f} s.")
+        obj.neurok.bake.frames = len(local)  # fewer than asked when a stop kept only the frames before it
+        self.report({'INFO'}, f"Baked {len(local)} frames of '{obj.name}' in {job.elapsed():.1f} s.")
         return {'FINISHED'}

@@ -36,6 +36,7 @@ class NEUROK_OT_bake_shape_keys(_common.JobOperator, bpy.types.Operator):
                ('CACHE', "Current Cache", "Convert the existing NeuROK Mesh Cache bake without simulating again")])
 
     job_kind = "bake"
+    keeps_partial = True  # Keep Frames Before a Stop: the good frames become fewer shape keys
 
     def _mode(self, context):
         return context.scene.neurok.shape_key_mode if self.mode == 'SCENE' else self.mode
@@ -89,6 +90,7 @@ class NEUROK_OT_bake_shape_keys(_common.JobOperator, bpy.types.Operator):
         if obj.neurok.bake.kind == 'CACHE' or bridge.own_modifier(obj, bridge.CACHE_MODIFIER):
             bridge.remove_cache(obj)
         bridge.record_bake(obj, 'SHAPE_KEYS', inputs, job.elapsed(), job.ood)
-        self.report({'INFO'}, f"Baked {inputs.frames} frames of '{obj.name}' to {mode.lower()} shape keys "
+        obj.neurok.bake.frames = len(local)  # fewer than asked when a stop kept only the frames before it
+        self.report({'INFO'}, f"Baked {len(local)} frames of '{obj.name}' to {mode.lower()} shape keys "
                               f"in {job.elapsed():.1f} s.")
         return {'FINISHED'}

@@ -110,7 +110,8 @@ def fingerprint(context, obj) -> tuple:
            scene.render.fps, scene.render.fps_base, scene.frame_start, scene.frame_end,
            bridge.stack_key(obj)]
     _walk(obj.neurok, out, "neurok", animated_paths(obj))
-    _walk(scene.neurok, out, "neurok", animated_paths(scene), skip=("specialize_minutes", "shape_key_mode"))
+    _walk(scene.neurok, out, "neurok", animated_paths(scene), skip=("specialize_minutes", "shape_key_mode",
+                                                                 "keep_frames_before_stop"))
     if obj.neurok.use_force_fields:
         for ob in bridge.field_objects(context, obj):
             f, animated = ob.field, animated_paths(ob)
@@ -212,6 +213,18 @@ class NEUROK_OT_preview(_common.JobOperator, bpy.types.Operator):
                               "(the 'NeuROK Preview' modifier plays them; run Preview with Stop to remove it).")
         return {'FINISHED'}
 
+    def _finish_fault(self, context, job):
+        """Background run stopped by the guard: the frames before the stop stay in the preview (a preview is no
+        bake; the file is complete after every frame), with the engine's own message."""
+        obj = jobs.follow_rename(job)
+        self._flush(None)
+        if obj is not None and obj.type == 'MESH' and self._cache.samples:
+            bridge.show_preview(obj, self._cache.path, self._frame_start, None)
+        else:
+            self._cache.delete()
+        self.report({'ERROR'}, _common.fault_sentence(job, preview=True))
+        return {'CANCELLED'}
+
     # ------------------------------------------------------------------ interactive
     def modal(self, context, event):
         mine = getattr(self, "_job", None)
@@ -248,7 +261,7 @@ class NEUROK_OT_preview(_common.JobOperator, bpy.types.Operator):
                 bridge.show_preview(obj, self._cache.path, self._frame_start, None)
             elif job.status in ("fault", "error") and not self._reported:
                 self._reported = True
-                self.report({'ERROR'}, _common.fault_sentence(job) if job.status == "fault" else job.message)
+                self.report({'ERROR'}, _common.fault_sentence(job, preview=True) if job.status == "fault" else job.message)
             if job.ood is not None and obj.neurok.bake.kind == 'NONE':
                 bridge.record_ood(obj, job.ood)
         fp = fingerprint(context, obj)
