@@ -78,7 +78,7 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
                    ms_per_frame=ms, oracle_ms_per_frame=ms_o, model_error=err, oracle_error=eo,
                    series={"neurok": mm["series"], "oracle": mo["series"], "reference": mm["truth_series"],
                            "rel_l2": {"neurok": mm["curve"], "oracle": mo["curve"], "hold_still": still}})
-        if k < cfg.get("noise_scenes", 0):
+        if name in cfg.get("noise_scenes", ()):
             row["noise_floor"] = noise_floor_for(setup, frames=min(cfg.get("noise_frames", 48), setup.frames))
         else:
             row["noise_floor"] = {"available": False, "note": "not measured for this scene in this preset"}

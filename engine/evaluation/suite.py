@@ -48,13 +48,14 @@ PRESETS = {
               "bench_sizes": (1000, 10000), "bench_frames": 6,
               "long_frames": 1000, "force_scales": (0.1, 1.0, 10.0, 100.0), "stress_frames": 24,
               "resolutions": (1000, 10000), "truth_max_vertices": 2000, "truth_max_force": 10.0,
-              "scenes": SMALL_SCENES, "scene_frames": 36, "noise_scenes": 1, "noise_frames": 24, "noise_sequences": 1,
+              "scenes": SMALL_SCENES, "scene_frames": 36, "noise_scenes": ("torus",), "noise_frames": 12, "noise_sequences": 1,
               "beam_frames": 72, "oracle_handles": None, "gif_frames": 36, "ablations": False},
     "full": {"sequences": 24, "heldout": 6, "frames": 201, "seed": 2, "mlp_minutes": 6.0,   # frame 0..200
              "bench_sizes": (1000, 10000, 100000), "bench_frames": 24,
              "long_frames": 1000, "force_scales": (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0), "stress_frames": 48,
              "resolutions": (1000, 10000, 100000), "truth_max_vertices": 12000, "truth_max_force": None,
-             "scenes": ALL_SCENES, "scene_frames": 120, "noise_scenes": 3, "noise_frames": 48, "noise_sequences": 2,
+             "scenes": ALL_SCENES, "scene_frames": 120, "noise_scenes": ("toy_drop", "torus", "grid"), "noise_frames": 48,
+             "noise_sequences": 2,
              "beam_frames": 96, "oracle_handles": None, "gif_frames": 60,
              "ablations": True, "ablation_minutes": 8.0, "ablation_sequences": 8, "ablation_latents": (8, 16, 32, 64)},
 }
@@ -98,6 +99,8 @@ def make_eval_set(out, seed, sequences, heldout, frames, workers=None, quiet=Fal
 # =========================================================================== the suite
 
 def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None, **overrides):
+    # noise_scenes: the scenes whose noise floor is measured (each costs two reference runs, one
+    # at twice the resolution: minutes for a solid)
     if preset not in PRESETS:
         raise NeurokError(f"unknown preset '{preset}' (small or full)")
     unknown = set(overrides) - set(PRESETS[preset])
