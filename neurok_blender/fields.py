@@ -20,8 +20,8 @@ SUPPORTED_TYPES = efields.SUPPORTED_TYPES
 NOT_SUPPORTED_NOTE = ("Fields act like Blender's: Force, Wind, Vortex, Turbulence, Drag, Harmonic and Charge, with "
                       "Sphere/Tube/Cone falloff, Effector Collection and Field Weights. Not supported: Magnetic, "
                       "Lennard-Jones, Texture, Curve Guide, Boid and Fluid Flow fields, Absorption, Gravitation "
-                      "falloff and 2D. Fields are evaluated on the rest surface each frame until the engines "
-                      "evaluate them per step.")
+                      "falloff and 2D. The learned engine evaluates fields on the deformed surface every step; "
+                      "the Reference engine on the rest surface each frame.")
 
 _TYPE_NAMES = {"WIND": "Wind", "FORCE": "Force", "VORTEX": "Vortex", "TURBULENCE": "Turbulence", "DRAG": "Drag",
                "HARMONIC": "Harmonic", "CHARGE": "Charge", "LENNARDJ": "Lennard-Jones", "MAGNET": "Magnetic",

@@ -276,8 +276,9 @@ class VIEW3D_PT_neurok_collisions(NeurokSubPanel, bpy.types.Panel):
         for ob in obs:
             c = ob.collision
             layout.label(text=f"{ob.name}: thickness {c.thickness_outer:g} m", icon='MOD_PHYSICS')
-        wrapped(layout.box(), "Collision objects are handed to the engines (scene key 'colliders'); the engines "
-                              "feel them once their contact hook is in (see docs/ADDON.md).", icon='INFO')
+        wrapped(layout.box(), "Collision objects are handed to the engines (scene key 'colliders'); the learned "
+                              "engine feels them at its contact samples, the Reference engine not yet "
+                              "(see docs/ADDON.md).", icon='INFO')
 
 
 class VIEW3D_PT_neurok_scene(NeurokSubPanel, bpy.types.Panel):
