@@ -3,11 +3,12 @@
 Shapes made by Blender's own primitive operators (monkey, cone, torus, cylinder, UV sphere, ico
 sphere; a grid for cloth) and the bundled sample meshes. The primitives are built headless by
 the `bpy` module in a child process (the engine itself never imports bpy), triangulated, scaled
-to a 0.5 m longest side and kept as plain arrays in `<cache>/primitives.npz`; without bpy they
-are skipped, and the report says so.
+to a 0.5 m longest side and kept as plain arrays in `<cache>/primitives_<hash>.npz`; without bpy they
+are skipped, and the report says so. The cache file's name carries a hash of the recipes.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -59,7 +60,9 @@ def blender_primitives(cache_dir, names=None) -> tuple[dict, str | None]:
     """({name: Mesh}, note): the primitives, built once with bpy and cached; note says why some
     are missing (None when all are there)."""
     names = list(names or PRIMITIVES)
-    cache = Path(cache_dir) / "primitives.npz"
+    # the cache file is named by the operator calls that made it, so a changed recipe rebuilds
+    key = hashlib.sha1(json.dumps(PRIMITIVES, sort_keys=True).encode()).hexdigest()[:10]
+    cache = Path(cache_dir) / f"primitives_{key}.npz"
     have = {}
     if cache.is_file():
         with np.load(cache) as z:
