@@ -127,7 +127,7 @@ def collider_contact(q, ctx, need_hess=True):
     H = torch.zeros(d, d, dtype=q.dtype, device=q.device)
     cols = getattr(s, "latent_colliders", None)
     if not cols:
-        return energy, g, H
+        return energy, g, (H if need_hess else None)
     x = s.contact_rest + torch.einsum("kid,d->ki", s.contact_V, q)
     xn = x.detach().cpu().numpy()
     frame = float(getattr(ctx, "frame", 0)) + 1.0
@@ -144,16 +144,18 @@ def collider_contact(q, ctx, need_hess=True):
         Vn = torch.einsum("pi,pid->pd", n, Vi)                                 # n^T V per sample
         energy = energy + 0.5 * k * torch.dot(depth, depth)
         g = g - k * Vn.T @ depth
-        H = H + k * Vn.T @ Vn
+        if need_hess:
+            H = H + k * Vn.T @ Vn
         if c.friction > 0.0:
             kf = m * c.friction / ctx.h ** 2
             slide = xi - ctx.contact_prev[idx] - disp
             st = slide - torch.einsum("pi,pi->p", slide, n)[:, None] * n      # tangential part
             energy = energy + 0.5 * kf * torch.sum(st * st)
             g = g + kf * torch.einsum("pi,pid->d", st, Vi)
-            VT = Vi - n[:, :, None] * Vn[:, None, :]                          # (I - n n^T) V
-            H = H + kf * torch.einsum("pid,pie->de", VT, VT)
-    return energy, g, H
+            if need_hess:
+                VT = Vi - n[:, :, None] * Vn[:, None, :]                      # (I - n n^T) V
+                H = H + kf * torch.einsum("pid,pie->de", VT, VT)
+    return energy, g, (H if need_hess else None)
 
 
 # --------------------------------------------------------------------------- force fields
