@@ -107,19 +107,21 @@ def extreme_setup(frames, accel=2000.0):
     return setup_from_scene(mesh, scene)
 
 
-def test_ten_thousand_frames_under_extreme_forces_never_give_nan(tiny_model):
-    """100x a normal push for 10,000 frames: every frame written is finite (a run that cannot
-    recover stops at its last good frame with SimulationFault, never with NaN)."""
-    setup = extreme_setup(10_000)
+def test_a_thousand_frames_under_extreme_forces_never_give_nan(tiny_model):
+    """100x a normal push for 1,000 frames: every frame is finite (a run that cannot recover
+    stops at its last good frame with SimulationFault, never with NaN). The plausibility guard is
+    off here: this is about numerical robustness, not about what the guard would show a user."""
+    setup = extreme_setup(1_000)
     setup.material = dict(setup.material, stiffness=1e6)  # 100x force on stiff rubber: large but finite strain
     run = open_engine("neurok", tiny_model).prepare(setup)
+    run.check_plausibility = False
     try:
         frames = run.bake()
     except SimulationFault as fault:
         frames = fault.positions
         assert fault.frame >= 1
     assert np.all(np.isfinite(frames))
-    assert len(frames) > 100
+    assert len(frames) == 1_000
 
 
 def test_reference_survives_extreme_forces_and_stiffness():
@@ -135,18 +137,18 @@ def test_fault_mid_run_keeps_good_frames_in_the_output(tmp_path, tiny_model, cap
     write_obj(mesh_path, make_shape("box", np.random.default_rng(1), 200))
     scene_path.write_text('{"format": "neurok.scene/1", "frames": 8}')
     import engine.learned.runtime as runtime
-    original = runtime.NeurokRun._try_step
+    original = runtime.integrator_step
 
-    def failing(self, frame, q, qd, h):
-        q1, qd1, ok = original(self, frame, q, qd, h)
+    def failing(scene, frame, q, qd, h, integrator):   # a step that gives NaN from frame 4 on
+        q1, qd1, ok = original(scene, frame, q, qd, h, integrator)
         return (q1 * np.nan, qd1, ok) if frame >= 4 else (q1, qd1, ok)
 
-    runtime.NeurokRun._try_step = failing
+    runtime.integrator_step = failing
     try:
         code = main(["simulate", "--mesh", str(mesh_path), "--scene", str(scene_path), "--engine", "neurok",
-                     "--model", str(tiny_model), "--out", str(tmp_path / "o.npz")])
+                     "--model", str(tiny_model), "--out", str(tmp_path / "o.npz"), "--keep-good-frames"])
     finally:
-        runtime.NeurokRun._try_step = original
+        runtime.integrator_step = original
     assert code == 2
     assert "frame 5" in capsys.readouterr().err
     seq = read_sequence(tmp_path / "o.npz")

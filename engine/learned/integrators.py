@@ -19,7 +19,8 @@ from .terms import StepContext, total, total_energy
 
 INTEGRATORS = ("backward_euler", "implicit_midpoint")
 NEWTON_ITERATIONS = 20
-TOLERANCE = 1e-5          # stop when a Newton step moves the body less than this (RMS, in bounding-box diagonals)
+FULL_NEWTON = False
+TOLERANCE = 1e-4          # stop when a Newton step moves the body less than this (RMS, in bounding-box diagonals)
 
 
 def solve(H, g):
@@ -45,10 +46,13 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
     for it in range(iterations):
         # chord Newton: the Hessian of the first iteration serves the next ones (gradients are
         # cheap, Hessians are not); it is refreshed when a step makes too little progress
-        fresh = H is None
+        fresh = H is None or FULL_NEWTON
         t = total(q, ctx, need_hess=fresh)
         if fresh:
             H = t.hess
+            if ctx.exact_hessian and int(torch.linalg.cholesky_ex(H)[1]) != 0:
+                ctx.exact_hessian = False          # not convex here: project each sample's Hessian
+                H = total(q, ctx).hess
         step = -solve(H, t.grad)
         decrement = float(-torch.dot(t.grad, step))
         if not math.isfinite(decrement):

@@ -89,11 +89,11 @@ class LatentScene:
             return self.model.energy.solid_energy(local, self.features, self.mu, self.lam)
         return self.model.energy.cloth_energy(local, self.rest_lengths, self.features)
 
-    def density_terms(self, local, need_hess=True):
-        """(psi [K], dpsi [K,m], PSD d2psi [K,m,m] or None) per sample."""
+    def density_terms(self, local, need_hess=True, project=True):
+        """(psi [K], dpsi [K,m], d2psi [K,m,m] (PSD if `project`) or None) per sample."""
         if self.kind == "solid":
-            return self.model.energy.solid(local, self.features, self.mu, self.lam, need_hess)
-        return self.model.energy.cloth(local, self.rest_lengths, self.features, need_hess)
+            return self.model.energy.solid(local, self.features, self.mu, self.lam, need_hess, project)
+        return self.model.energy.cloth(local, self.rest_lengths, self.features, need_hess, project)
 
     def bending_scale(self):
         return self.model.energy.bending_scale(self.features)
@@ -102,9 +102,10 @@ class LatentScene:
         """Local coordinates of every cubature sample (vec F, or a triangle's two edges) at q."""
         return self.offset + (self.G.reshape(-1, self.dims) @ q).reshape(self.offset.shape)
 
-    def elastic(self, q, need_hess=True):
-        """(energy, gradient, Hessian) of w0^2 sum_k c_k psi(F_k(q)) (+ reduced bending for cloth)."""
-        psi, dpsi, h_local = self.density_terms(self.local(q), need_hess)
+    def elastic(self, q, need_hess=True, project=True):
+        """(energy, gradient, Hessian) of w0^2 sum_k c_k psi(F_k(q)) (+ reduced bending for cloth).
+        `project`: each sample's Hessian made positive semi-definite (else the exact one)."""
+        psi, dpsi, h_local = self.density_terms(self.local(q), need_hess, project)
         c = self.w0sq * self.weights
         d = self.dims
         energy = torch.dot(c, psi)

@@ -124,7 +124,7 @@ class StrainEnergy(nn.Module):
         mu_s, lam_s = mu * torch.exp(s[0]), lam * torch.exp(s[1])
         return 0.5 * mu_s * a - mu_s * logJ + 0.5 * lam_s * logJ ** 2 + mu * (r ** 2).sum(-1)
 
-    def solid(self, y, feats, mu, lam, need_hess=True):
+    def solid(self, y, feats, mu, lam, need_hess=True, project=True):
         """(psi [K], dpsi/dy [K,9], PSD d2psi/dy2 [K,9,9]) of dimensionless neo-Hookean + correction."""
         F = y.reshape(-1, 3, 3)
         s = self.log_scales(feats)
@@ -148,7 +148,7 @@ class StrainEnergy(nn.Module):
         second = 2.0 * mu * Jr.transpose(-1, -2) @ Jr                 # Gauss-Newton of the correction
         second = second + torch.diag(torch.stack([torch.zeros_like(lam_s), lam_s]))
         hess = phi[:, 0, None, None] * 2.0 * eye + phi[:, 1, None, None] * d2L + D.transpose(-1, -2) @ second @ D
-        return psi, grad, project_psd(hess)
+        return psi, grad, project_psd(hess) if project else hess
 
     # ----- cloth: local coordinates are the two edges (x1 - x0, x2 - x0) of a sample triangle
 
@@ -159,7 +159,7 @@ class StrainEnergy(nn.Module):
         r, _ = self._correction(torch.stack([strain.sum(-1), (strain ** 2).sum(-1)], -1), feats, need_jacobian=False)
         return torch.exp(s[0]) * (strain ** 2).sum(-1) / 6.0 + (r ** 2).sum(-1) / 3.0
 
-    def cloth(self, y, rest_lengths, feats, need_hess=True):
+    def cloth(self, y, rest_lengths, feats, need_hess=True, project=True):
         """(psi [K], dpsi/dy [K,6], PSD d2psi/dy2 [K,6,6]) of the edge membrane + correction."""
         S = EDGE_SELECT.to(y)
         e = torch.einsum("eij,kj->kei", S, y)                          # [K,3,3]

@@ -1,11 +1,17 @@
 """The learned engine at run time: a `LatentScene` stepped frame by frame and decoded (`NeurokRun`)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
 import numpy as np
 import torch
+
+try:  # optional: limits numpy's BLAS threads too (see README, Dependencies)
+    from threadpoolctl import threadpool_limits
+except ImportError:  # pragma: no cover
+    threadpool_limits = None
 
 from ..core.errors import SimulationFault
 from ..core.run import Engine, Run
@@ -19,6 +25,22 @@ from .ood import ood_report
 from .terms import elastic
 
 SUBSTEP = 1.0 / 48.0      # longest latent step (s)
+
+
+@contextlib.contextmanager
+def single_threaded():
+    """A latent step is many small matrix operations, where worker threads only wait for each
+    other (on a busy 2-core machine a frame measured several times slower with 2 threads)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        if threadpool_limits is None:
+            yield
+        else:
+            with threadpool_limits(1):
+                yield
+    finally:
+        torch.set_num_threads(before)
 MAX_RETRY_SPLITS = 3      # a rejected step is retried with 2, 4, 8 substeps
 
 
@@ -35,6 +57,7 @@ class NeurokRun(Run):
         self.substeps = max(1, int(math.ceil(setup.dt / SUBSTEP - 1e-9)))
         self._rest = self.scene.sub.rest
         self._basis = self.scene.sub.vertex_basis.reshape(-1, self.scene.dims).astype(np.float32)
+        self._before, self._resume = None, None
         self.encode_seconds = time.perf_counter() - t0
         self.ood = ood_report(self.scene, meta or {})
 
@@ -48,16 +71,33 @@ class NeurokRun(Run):
         q, qd = self._advance(frame, q, qd, 0.5 * h, splits + 1)
         return self._advance(frame, q, qd, 0.5 * h, splits + 1)
 
+    def _frame(self, frame, q, qd, substeps):
+        """The state after `frame` -> frame + 1, in `substeps` steps."""
+        h = self.setup.dt / substeps
+        with torch.no_grad(), single_threaded():
+            for _ in range(substeps):
+                q, qd = self._advance(frame, q, qd, h)
+        return q, qd
+
     def latent_frames(self):
         """Latent state (q, q') per frame, frame 0 first."""
         q, qd = self.scene.q0, self.scene.qd0
         yield q, qd
-        h = self.setup.dt / self.substeps
-        with torch.no_grad():
-            for frame in range(self.setup.frames - 1):
-                for _ in range(self.substeps):
-                    q, qd = self._advance(frame, q, qd, h)
-                yield q, qd
+        for frame in range(self.setup.frames - 1):
+            self._before = (frame, q, qd)
+            q, qd = self._frame(frame, q, qd, self.substeps)
+            yield q, qd
+            if self._resume is not None:     # the guard recomputed this frame with more substeps
+                q, qd = self._resume
+                self._resume = None
+
+    def _retry_frame(self, t, factor):
+        """The guard's retry: frame t again from the state before it, with `factor` x the substeps."""
+        if self._before is None or self._before[0] != t - 1:
+            return None
+        frame, q, qd = self._before
+        self._resume = self._frame(frame, q, qd, self.substeps * factor)
+        return self.decode(self._resume[0])
 
     def decode(self, q) -> np.ndarray:
         qn = q.detach().cpu().numpy().astype(np.float32)

@@ -42,6 +42,7 @@ class StepContext:
     pin_b: torch.Tensor          # pin targets at the end of the step, reduced
     damping: torch.Tensor        # Rayleigh D = alpha I + beta K(q_n)
     contact_prev: torch.Tensor   # contact sample positions at q_n (friction)
+    exact_hessian: bool = True   # the exact elastic Hessian (Newton falls back to projected samples if needed)
     frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: interactions.py)
 
     @classmethod
@@ -57,8 +58,11 @@ class StepContext:
 
 
 def elastic(q, ctx, scene: LatentScene | None = None, need_hess=True) -> Terms:
-    """w0^2 sum_k c_k psi(F_k(q)) (+ reduced quadratic bending for cloth): `LatentScene.elastic`."""
-    return Terms(*(scene or ctx.scene).elastic(q, need_hess))
+    """w0^2 sum_k c_k psi(F_k(q)) (+ reduced quadratic bending for cloth): `LatentScene.elastic`.
+    Per-sample Hessians are exact inside a step (inertia keeps the total positive definite; the
+    integrator checks) and projected elsewhere (damping, posing)."""
+    project = ctx is None or not ctx.exact_hessian
+    return Terms(*(scene or ctx.scene).elastic(q, need_hess, project))
 
 
 def elastic_energy(q, scene: LatentScene):
