@@ -54,7 +54,7 @@ class StepContext:
             damping = damping + float(mat["damping"]) * elastic(q_n, None, scene).hess
         prev = scene.contact_rest + torch.einsum("kid,d->ki", scene.contact_V, q_n)
         force = scene.forcing(frame) + interactions.field_force(scene, frame, q_n, qd_n)  # fields on the deformed surface
-        return cls(scene, h, q_n, qd_n, force, scene.pin_b(frame + 1), damping, prev, frame)
+        return cls(scene, h, q_n, qd_n, force, scene.pin_b(frame + 1), damping, prev, frame=frame)
 
 
 def elastic(q, ctx, scene: LatentScene | None = None, need_hess=True) -> Terms:
