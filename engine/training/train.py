@@ -85,7 +85,9 @@ def rollout_loss(item: TrainItem, frames: int, rng=None, t0=None, noise=START_NO
     errors = []
     for k in range(frames):
         for _ in range(substeps):
-            q, qd, _ = differentiable_step(scene, t0 + k, q, qd, h)
+            q, qd, ok = differentiable_step(scene, t0 + k, q, qd, h)
+            if not ok or not bool(torch.isfinite(q).all()):   # a step that failed teaches nothing: stop here
+                return torch.stack(errors).mean() if errors else None
         errors.append(torch.sum((q - qs[t0 + k + 1]) ** 2))
     return torch.stack(errors).mean()
 
@@ -150,7 +152,10 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
             break
         frames = ROLLOUT_FRAMES[0] + int(round((ROLLOUT_FRAMES[1] - ROLLOUT_FRAMES[0]) * min(1.0, fraction)))
         picks = rng.choice(len(items), size=min(BATCH, len(items)), replace=False)
-        loss = torch.stack([rollout_loss(items[i], frames, rng) for i in picks]).mean()
+        losses = [loss for loss in (rollout_loss(items[i], frames, rng) for i in picks) if loss is not None]
+        if not losses:
+            continue
+        loss = torch.stack(losses).mean()
         opt.zero_grad()
         loss.backward()
         average_gradients(model, world)
