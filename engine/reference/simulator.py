@@ -75,9 +75,12 @@ class ReferenceSimulator:
     def _vertex_masses(self, setup):
         if setup.vertex_mass is not None:
             return np.asarray(setup.vertex_mass, dtype=np.float64)
-        # distribute the body's mass over vertices in proportion to their interpolation weights
+        # distribute the body's mass over vertices in proportion to their interpolation weights.
+        # A node that vertices barely touch gives only part of its mass (then all is rescaled):
+        # dividing by its tiny share would hand its whole mass to a vertex that lies a rounding
+        # error off a grid plane, so float32 coordinates (a replay) would change the masses.
         share = np.asarray(self.W.sum(axis=0)).ravel()
-        m = self.W @ (self.dof_mass / np.maximum(share, 1e-12))
+        m = self.W @ (self.dof_mass / np.maximum(share, 0.25))
         return m * self.dof_mass.sum() / m.sum()
 
     def _fit_dofs(self, x):
@@ -106,15 +109,17 @@ class ReferenceSimulator:
         f = self.W.T @ f_vertices + self.dof_mass[:, None] * np.asarray(s.gravity)[None, :]
         return np.asarray(f).ravel()
 
-    def _floor_terms(self, x, x_prev, need_hess):
+    def _floor_terms(self, x, x_prev, need_hess, mass=None):
+        """Floor penalty and friction on points x (vertices, or a solid's lattice nodes)."""
+        mass = self.vertex_mass if mass is None else mass
         z = self.setup.floor_z
         n = len(x)
         if z is None:
             return 0.0, np.zeros(3 * n), None
         pen = np.minimum(x[:, 2] - z, 0.0)
         contact = pen < 0
-        k = self.vertex_mass * FLOOR_OMEGA2
-        kf = self.vertex_mass * FLOOR_FRICTION / self.h ** 2
+        k = mass * FLOOR_OMEGA2
+        kf = mass * FLOOR_FRICTION / self.h ** 2
         slide = (x - x_prev)[:, :2]
         energy = 0.5 * float(np.sum(k * pen ** 2)) + 0.5 * float(np.sum((kf * contact)[:, None] * slide ** 2))
         g = np.zeros((n, 3))
@@ -147,14 +152,20 @@ class ReferenceSimulator:
             Ddv = D @ dv
             e_pin, g_pin = self.pins.energy_grad(yf, pin_b, pin_c)
             e_floor, g_floor, H_floor = self._floor_terms(x, x_prev, need_hess)
+            # the lattice body may not pass the floor either: a node pushed through it under a
+            # vertex held by it folds the cell between them (inverted elements)
+            e_nodes, g_nodes, H_nodes = (self._floor_terms(y, y_n, need_hess, self.dof_mass)
+                                         if self.lattice is not None else (0.0, 0.0, None))
             energy = 0.5 * float(np.dot(Mh * dy, dy)) + e_el - float(np.dot(f_ext, yf)) + e_pin + e_floor \
-                + 0.5 / h * float(np.dot(dv, Ddv))
-            grad = Mh * dy + g_el - f_ext + g_pin + self.W3.T @ g_floor + Ddv / h
+                + e_nodes + 0.5 / h * float(np.dot(dv, Ddv))
+            grad = Mh * dy + g_el - f_ext + g_pin + self.W3.T @ g_floor + g_nodes + Ddv / h
             if not need_hess:
                 return energy, grad, None
             H = sp.diags(Mh) + H_el + self.pins.H + D / h
             if H_floor is not None:
                 H = H + self.W3.T @ H_floor @ self.W3
+            if H_nodes is not None:
+                H = H + H_nodes
             return energy, grad, H.tocsc()
 
         yf = y_n.ravel() + h * v_n.ravel()
