@@ -20,7 +20,7 @@ from .terms import StepContext, total, total_energy
 INTEGRATORS = ("backward_euler", "implicit_midpoint")
 NEWTON_ITERATIONS = 20
 FULL_NEWTON = False
-TOLERANCE = 1e-4          # stop when a Newton step moves the body less than this (RMS, in bounding-box diagonals)
+TOLERANCE = 1e-5          # stop when a Newton step moves the body less than this (RMS, in bounding-box diagonals)
 
 
 def solve(H, g):
@@ -79,13 +79,13 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
     return q, True
 
 
-def step(scene, frame, q_n, qd_n, h, integrator="backward_euler"):
-    """One step -> (q, q', converged)."""
+def step(scene, frame, q_n, qd_n, h, integrator="backward_euler", damping=None):
+    """One step -> (q, q', converged). `damping`: a precomputed Rayleigh matrix (else built here)."""
     if integrator == "implicit_midpoint":
-        ctx = StepContext.build(scene, frame, q_n, qd_n, 0.5 * h)
+        ctx = StepContext.build(scene, frame, q_n, qd_n, 0.5 * h, damping)
         q_mid, ok = minimize(ctx, q_n + 0.5 * h * qd_n)
         return 2.0 * q_mid - q_n, 4.0 * (q_mid - q_n) / h - qd_n, ok
-    ctx = StepContext.build(scene, frame, q_n, qd_n, h)
+    ctx = StepContext.build(scene, frame, q_n, qd_n, h, damping)
     q, ok = minimize(ctx, q_n + h * qd_n)
     return q, (q - q_n) / h, ok
 

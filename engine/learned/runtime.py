@@ -22,7 +22,7 @@ from .integrators import step as integrator_step
 from .latent_scene import LatentScene
 from .materials import DTYPE
 from .ood import ood_report
-from .terms import elastic
+from .terms import elastic, rayleigh
 
 SUBSTEP = 1.0 / 48.0      # longest latent step (s)
 
@@ -61,22 +61,23 @@ class NeurokRun(Run):
         self.encode_seconds = time.perf_counter() - t0
         self.ood = ood_report(self.scene, meta or {})
 
-    def _advance(self, frame, q, qd, h, splits=0):
-        q1, qd1, ok = integrator_step(self.scene, frame, q, qd, h, self.integrator)
+    def _advance(self, frame, q, qd, h, splits=0, damping=None):
+        q1, qd1, ok = integrator_step(self.scene, frame, q, qd, h, self.integrator, damping)
         if ok and bool(torch.all(torch.isfinite(q1))):
             return q1, qd1
         if splits >= MAX_RETRY_SPLITS:
             raise SimulationFault(f"the latent step could not be solved at frame {frame + 1} "
                                   f"(no converged state even with {2 ** splits} substeps)", frame + 1, None)
-        q, qd = self._advance(frame, q, qd, 0.5 * h, splits + 1)
-        return self._advance(frame, q, qd, 0.5 * h, splits + 1)
+        q, qd = self._advance(frame, q, qd, 0.5 * h, splits + 1, damping)
+        return self._advance(frame, q, qd, 0.5 * h, splits + 1, damping)
 
     def _frame(self, frame, q, qd, substeps):
         """The state after `frame` -> frame + 1, in `substeps` steps."""
         h = self.setup.dt / substeps
         with torch.no_grad(), single_threaded():
+            damping = rayleigh(self.scene, q)   # once per frame: it costs an elastic Hessian
             for _ in range(substeps):
-                q, qd = self._advance(frame, q, qd, h)
+                q, qd = self._advance(frame, q, qd, h, damping=damping)
         return q, qd
 
     def latent_frames(self):

@@ -46,15 +46,22 @@ class StepContext:
     frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: interactions.py)
 
     @classmethod
-    def build(cls, scene: LatentScene, frame: int, q_n, qd_n, h: float):
-        mat = scene.setup.material
-        d = scene.dims
-        damping = float(mat.get("air_damping", 0.0)) * torch.eye(d, dtype=DTYPE, device=q_n.device)
-        if mat.get("damping", 0.0) > 0:
-            damping = damping + float(mat["damping"]) * elastic(q_n, None, scene).hess
+    def build(cls, scene: LatentScene, frame: int, q_n, qd_n, h: float, damping=None):
+        """`damping`: the Rayleigh matrix if the caller already has it (the runtime computes it
+        once per frame; it costs an elastic Hessian)."""
+        damping = rayleigh(scene, q_n) if damping is None else damping
         prev = scene.contact_rest + torch.einsum("kid,d->ki", scene.contact_V, q_n)
         force = scene.forcing(frame) + interactions.field_force(scene, frame, q_n, qd_n)  # fields on the deformed surface
         return cls(scene, h, q_n, qd_n, force, scene.pin_b(frame + 1), damping, prev, frame=frame)
+
+
+def rayleigh(scene: LatentScene, q) -> torch.Tensor:
+    """Rayleigh damping D = alpha I + beta K(q) (the mass matrix is I in this basis)."""
+    mat = scene.setup.material
+    D = float(mat.get("air_damping", 0.0)) * torch.eye(scene.dims, dtype=DTYPE, device=q.device)
+    if mat.get("damping", 0.0) > 0:
+        D = D + float(mat["damping"]) * elastic(q, None, scene).hess
+    return D
 
 
 def elastic(q, ctx, scene: LatentScene | None = None, need_hess=True) -> Terms:
