@@ -3,10 +3,12 @@ tetrahedra (engine/reference/solid.py), pins that hold the painted region, and t
 case of issue 10. Figures are quoted in docs/PHYSICS.md; run with -s to see them:
     .venv/bin/python -m pytest -q -s tests/test_reference_solid.py
 """
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from engine.core.formats import read_mesh
+from engine.core.formats import Mesh, read_mesh
 from engine.core.scene import setup_from_scene
 from engine.reference.lattice import Lattice
 from engine.reference.simulator import ReferenceSimulator
@@ -16,12 +18,11 @@ from engine.reference.stress import (RECOVERY_FRAMES, TRAINING_SQUEEZE, jelly_sc
 from engine.training.shapes import _box_lattice
 
 G = 9.81
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def bar_mesh(size, counts):
     unit, faces = _box_lattice(counts)
-    from engine.core.formats import Mesh
     return Mesh((unit + 1.0) / 2.0 * np.asarray(size, float), faces)
 
 
