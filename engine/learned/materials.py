@@ -177,9 +177,9 @@ class StrainEnergy(nn.Module):
         grad = scale / 3.0 * torch.einsum("ke,kej->kj", strain, de) + (2.0 / 3.0) * torch.einsum("kj,kji,kia->ka", r, Jr, dinv)
         if not need_hess:
             return psi, grad, None
-        # membrane Hessian with the compressive part dropped (as the reference does), PSD by construction
-        hess = scale / 3.0 * (torch.einsum("kea,keb->kab", de, de)
-                              + torch.einsum("ke,keab->kab", strain.clamp(min=0.0), d2e))
+        # membrane Hessian; projected: with the compressive part dropped (as the reference does)
+        bend_in = strain.clamp(min=0.0) if project else strain
+        hess = scale / 3.0 * (torch.einsum("kea,keb->kab", de, de) + torch.einsum("ke,keab->kab", bend_in, d2e))
         G = Jr @ dinv                                                  # [K,2,6]
         hess = hess + (2.0 / 3.0) * G.transpose(-1, -2) @ G
         return psi, grad, hess
