@@ -26,7 +26,8 @@ def test_small_preset_writes_a_report(tmp_path):
                        sequences=2, heldout=1, frames=12, mlp_minutes=0.05, long_frames=20,
                        force_scales=(1.0, 100.0), stress_frames=6, resolutions=(300,), truth_max_vertices=400,
                        bench_sizes=(300,), bench_frames=2, scenes=("toy_drop", "torus"), scene_frames=8,
-                       noise_scenes=("torus",), noise_frames=3, noise_sequences=1, beam_frames=12, gif_frames=4)
+                       noise_scenes=("torus",), noise_frames=3, noise_sequences=1, beam_frames=12, gif_frames=4,
+                       energy_steps=10)
     text = open(report).read()
     assert "$" not in text.replace("$$", "")                      # every template field was filled
     headline = text.split("## Headline", 1)[1]
@@ -42,6 +43,8 @@ def test_small_preset_writes_a_report(tmp_path):
     out = tmp_path / "out" / "small"
     result = json.loads((out / "eval.json").read_text())
     assert set(result["splits"]) >= {"heldout"} and {"hold_still", "oracle"} <= set(result["baselines"])
+    assert result["model_latent"] == 96 and result["baselines_info"]["oracle"]["handles"] == 8   # model v2: 8 handles x 12
+    assert set(result["energy_drift"]) == {"backward_euler", "implicit_midpoint"}               # measured, not "not available"
     assert result["splits"]["all"]["plausibility"]["strain_mean"] is not None
     assert result["reference"]["all"]["plausibility"]["strain_mean"] is not None
     scenes = json.loads((out / "scenes.json").read_text())

@@ -8,12 +8,15 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from engine.core.scene import setup_from_scene
 from engine.evaluation.distances import amplitude_ratio, centroid_path_error, horizon_means
 from engine.evaluation.noise import noise_floor_for, read_noise_floor
 from engine.evaluation.physical import beam_quantities, damped_fit, fft_frequency
+
+STEPS = 1000         # energy drift: undamped latent steps (DESIGN.md section 5)
 from engine.evaluation.plausibility import aggregate_plausibility, plausibility_series, plausibility_summary
 from engine.training.shapes import make_shape
 
@@ -139,3 +142,23 @@ def test_blender_primitives_are_real_meshes(tmp_path):
     assert np.ptp(meshes["torus"].vertices, axis=0).max() == pytest.approx(0.5)
     again, _ = blender_primitives(tmp_path, ["torus"])                 # from the cache
     assert np.array_equal(again["torus"].vertices, meshes["torus"].vertices)
+
+
+# --------------------------------------------------------------------------- energy drift (model v2)
+
+def test_energy_drift_of_the_v2_integrators():
+    """Undamped, force-free latent steps on a small closed mesh: implicit midpoint keeps
+    |E(t) - E(0)| / E(0) below 1%, backward Euler dissipates (and never gains energy)."""
+    from engine.evaluation.energy import energy_drift
+    from engine.learned.model import NeurokModel
+    from engine.training.shapes import make_shape
+    torch.manual_seed(0)
+    mesh = make_shape("sphere", np.random.default_rng(0), 200)
+    r = energy_drift(NeurokModel(), steps=STEPS, meshes=[(mesh.vertices, mesh.faces, "solid")], amplitude=0.01,
+                     keep_curves=True)
+    assert r["available"] and set(r["max"]) == {"backward_euler", "implicit_midpoint"}
+    mid, be = r["per_mesh"]["mesh"]["implicit_midpoint"], r["per_mesh"]["mesh"]["backward_euler"]
+    assert mid["steps"] == be["steps"] == STEPS and mid["e0"] > 0
+    assert mid["max"] < 0.01
+    assert be["final"] > mid["final"]
+    assert len(r["curves"]["mesh"]["implicit_midpoint"]["drift"]) == STEPS

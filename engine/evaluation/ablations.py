@@ -1,90 +1,76 @@
-"""Ablations (full preset): latent sizes by short training runs (subprocesses, two at a time),
-the integrators, and a prior-only potential (geometry only, no dynamics learned).
+"""Ablations (full preset) of model v2, all on the same evaluation sequences:
 
-They reach into the learned model (its potential, its prior, its mode counts), so each one that
-no longer fits the learned model is reported as not run, with the reason.
+- integrator: backward Euler (the default) against implicit midpoint, same model;
+- density: the checkpoint's learned strain energy density against classical-only (an untrained
+  `NeurokModel` of the same configuration: its correction's last layers start at zero, so it is
+  exactly stable neo-Hookean / the cloth membrane) and learned-from-scratch (no classical part;
+  reported as not run: model v2 has no switch that drops the classical density, see
+  `FROM_SCRATCH_NOT_RUN`);
+- latent size: 4 / 6 / 8 / 12 affine handles (12 coordinates each). The learned part of v2 is a
+  density at cubature samples, independent of the subspace, so each size runs the checkpoint's
+  own density in a subspace of that many handles (no retraining: the density was trained at the
+  checkpoint's size, which the row names).
+
+Each one that no longer fits the learned model is reported as not run, with the reason.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
+import json
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from ..core.formats import read_sequence
-from ..core.scene import setup_from_sequence
 from ..training.generate import load_index
-from .metrics import evaluate, pick_entries, predict_neurok, sequence_metrics
+from .metrics import evaluate, pick_entries
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+FROM_SCRATCH_NOT_RUN = ("model v2's density always contains the classical neo-Hookean / membrane part (materials.py "
+                        "has no switch to drop it), and an all-learned density starts at zero energy, so it needs its own "
+                        "training run before it can be measured")
 
 
-def _train_subprocess(data, out, minutes, latent, log):
-    cmd = [sys.executable, "-m", "engine", "train", "--data", str(data), "--out", str(out), "--minutes", str(minutes),
-           "--latent", str(latent)]
-    return subprocess.Popen(cmd, cwd=str(ROOT), stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+def _variant(model_path, out, name, handles=None, untrained=False):
+    """A checkpoint next to the ablation output: the model at `model_path` with `handles`
+    handles, and/or with an untrained (classical) density."""
+    import torch
+    from ..learned.checkpoint import load_checkpoint, save_checkpoint
+    from ..learned.model import ModelConfig, NeurokModel
+    model, meta = load_checkpoint(model_path)
+    cfg = dict(model.cfg.to_dict())
+    if handles is not None:
+        cfg["handles"] = int(handles)
+    variant = NeurokModel(ModelConfig(**cfg))
+    if not untrained:
+        variant.load_state_dict(model.state_dict())
+    else:
+        torch.manual_seed(0)
+    path = Path(out) / f"{name}.ckpt"
+    save_checkpoint(path, variant, dict(meta, ablation=name, source=str(model_path)))
+    return path, variant.cfg
 
 
-def prior_only_engine(model_path, scale):
-    """The learned engine with its potential replaced by the prior's: v(q) = 1/2 sum (c q_i / sigma_i)^2
-    with sigma the shape-conditioned prior std of the latent (geometry only, no dynamics
-    learned) and one global constant c."""
-    from ..learned.model import TRANSLATION_MODES
-    from ..learned.runtime import NeurokEngine
-    engine = NeurokEngine(model_path)
-    pot, prior = engine.model.potential, engine.model.prior
-
-    def factor(s, material):
-        return torch.diag(scale / prior.prior_std(s, material)[TRANSLATION_MODES:])
-
-    pot.factor = factor
-    with torch.no_grad():
-        pot.g[-1].weight.zero_()
-        pot.g[-1].bias.zero_()
-    return engine
-
-
-def fit_prior_scale(model_path, train_data, frames=24, sequences=4,
-                    grid=(1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0)):
-    """The constant c of the prior-only potential with the least rollout error on a few
-    training sequences (first `frames` frames)."""
-    entries = [e for e in load_index(train_data) if e.get("split", "train") == "train"][:sequences]
-    seqs = []
-    for e in entries:
-        seq = read_sequence(e["path"])
-        setup = setup_from_sequence(seq)
-        setup.frames = min(frames, setup.frames)
-        seqs.append((setup, seq.positions[:setup.frames]))
-    scores = {}
-    for c in grid:
-        engine = prior_only_engine(model_path, c)
-        errs = []
-        for setup, true in seqs:
-            pred, fault, _, _ = predict_neurok(engine, setup)
-            errs.append(sequence_metrics(pred, true, setup, fault, with_chamfer=False)["rel_l2_mean"])
-        scores[c] = float(np.mean(errs))
-    best = min(scores, key=scores.get)
-    return best, scores
+def _trained(meta) -> bool:
+    return bool(meta.get("steps"))
 
 
 def run_ablations(cfg, model_path, data_dir, train_data, out, quiet=False):
+    from ..learned.checkpoint import read_payload
     from ..learned.runtime import NeurokEngine
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     entries = pick_entries(load_index(data_dir), cfg["ablation_sequences"])
     files = [e["file"] for e in entries]
+    meta = json.loads(read_payload(model_path).get("meta", "{}"))
+    base_handles = NeurokEngine(model_path).model.cfg.handles
     rows = []
 
     def measure(name, engine=None, model=None, **extra):
         r = evaluate(model or model_path, data_dir, entries=entries, baselines=False, energy_steps=0, quiet=True,
                      engine=engine, chamfer=False)
+        block = r["splits"]["all"]
+        p = block.get("plausibility") or {}
         row = {"name": name, "status": "run", "sequences": len(entries),
-               "rel_l2": r["splits"]["all"]["rel_l2"], "unstable_share": r["splits"]["all"]["unstable_share"],
+               "rel_l2": block["rel_l2"], "horizons": block.get("horizons"), "unstable_share": block["unstable_share"],
+               "volume_ratio_min": (block.get("plausibility_worst") or {}).get("volume_ratio_min"),
+               "strain_mean": p.get("strain_mean"), "flipped_max": (block.get("plausibility_worst") or {}).get("flipped_max"),
                "heldout_rel_l2_mean": r["splits"].get("heldout", {}).get("rel_l2", {}).get("mean"),
                "ms_per_frame": r["ms_per_frame"]}
         row.update(extra)
@@ -93,63 +79,40 @@ def run_ablations(cfg, model_path, data_dir, train_data, out, quiet=False):
             print(f"ablation {name}: rel_l2 mean {row['rel_l2']['mean']:.4f}, unstable {row['unstable_share']:.2f}", flush=True)
         return row
 
-    # integrators and the prior-only potential on the default model
+    def not_run(name, group, reason, **extra):
+        rows.append(dict({"name": name, "group": group, "status": "not run", "reason": reason}, **extra))
+
+    # integrators on the default model
     default_row = measure("integrator: backward_euler (default model)", group="integrator")
     try:
         measure("integrator: implicit_midpoint (default model)", engine=NeurokEngine(model_path, integrator="implicit_midpoint"),
                 group="integrator")
     except (TypeError, ValueError, KeyError) as exc:     # the learned engine offers other integrators
-        rows.append({"name": "integrator: implicit_midpoint", "status": "not run", "group": "integrator",
-                     "reason": f"{type(exc).__name__}: {str(exc)[:120]}"})
-    if train_data:
-        try:
-            c, scores = fit_prior_scale(model_path, train_data)
-            measure(f"potential: prior-only (default model's basis and prior, c = {c:g})",
-                    engine=prior_only_engine(model_path, c), group="potential", prior_scale=c, prior_scale_scores=scores)
-            rows.append(dict(default_row, name="potential: learned (default model; same run as backward_euler)", group="potential"))
-        except (AttributeError, ImportError, TypeError, KeyError) as exc:   # the learned model changed shape
-            rows.append({"name": "potential: prior-only", "status": "not run",
-                         "reason": f"does not fit this learned model ({type(exc).__name__}: {str(exc)[:120]})"})
-    else:
-        rows.append({"name": "potential: prior-only", "status": "not run", "reason": "no training data to fit its constant"})
-    # latent sizes by short training runs (in parallel, one core each)
-    minutes = float(os.environ.get("NEUROK_ABLATION_MINUTES", cfg["ablation_minutes"]))
+        not_run("integrator: implicit_midpoint", "integrator", f"{type(exc).__name__}: {str(exc)[:120]}")
+
+    # densities
+    learned_note = "" if _trained(meta) else " (this checkpoint is untrained: its density IS the classical one)"
+    rows.append(dict(default_row, name=f"density: learned (the checkpoint){learned_note}; same run as backward_euler",
+                     group="density"))
     try:
-        from ..learned.model import AFFINE_MODES, TRANSLATION_MODES
-    except ImportError:
-        AFFINE_MODES, TRANSLATION_MODES = 0, 0
-    fixed = TRANSLATION_MODES + AFFINE_MODES
-    runnable = [L for L in cfg["ablation_latents"] if L > fixed]
-    for L in cfg["ablation_latents"]:
-        if L <= fixed:
-            rows.append({"name": f"latent {L}", "group": "latent", "latent": L, "status": "not run",
-                         "reason": f"the basis always holds {TRANSLATION_MODES} translation + {AFFINE_MODES} affine modes, "
-                                   f"so the smallest latent is {fixed + 1}"})
-    if not train_data:
-        for L in runnable:
-            rows.append({"name": f"latent {L}", "group": "latent", "latent": L, "status": "not run",
-                         "reason": "the model's training data is not on this machine"})
-        return {"rows": rows, "sequences": files}
-    pending = list(runnable)
-    running = {}
-    slots = max(1, min(os.cpu_count() or 1, 2))
-    t0 = time.perf_counter()
-    while pending or running:
-        while pending and len(running) < slots:
-            L = pending.pop(0)
-            ckpt = out / f"latent_{L}.ckpt"
-            running[L] = _train_subprocess(train_data, ckpt, minutes, L, out / f"latent_{L}.log")
-        time.sleep(2.0)
-        for L, proc in list(running.items()):
-            if proc.poll() is not None:
-                del running[L]
-                if not quiet:
-                    print(f"ablation: latent {L} trained ({time.perf_counter() - t0:.0f} s, exit {proc.returncode})", flush=True)
-    for L in runnable:
-        ckpt = out / f"latent_{L}.ckpt"
-        if ckpt.is_file():
-            measure(f"latent {L} ({minutes:g}-minute training run)", model=ckpt, group="latent", latent=L, minutes=minutes)
-        else:
-            rows.append({"name": f"latent {L}", "group": "latent", "latent": L, "status": "not run",
-                         "reason": f"training failed (see {out / f'latent_{L}.log'})"})
-    return {"rows": rows, "sequences": files, "minutes": minutes}
+        path, _ = _variant(model_path, out, "classical_only", untrained=True)
+        measure("density: classical-only (untrained correction: stable neo-Hookean / cloth membrane)", model=path,
+                group="density")
+    except (AttributeError, ImportError, TypeError, KeyError, RuntimeError) as exc:
+        not_run("density: classical-only", "density", f"does not fit this learned model ({type(exc).__name__}: {str(exc)[:120]})")
+    not_run("density: learned from scratch (no classical part)", "density", FROM_SCRATCH_NOT_RUN)
+
+    # latent sizes: the checkpoint's density in subspaces of 4 / 6 / 8 / 12 handles
+    for H in cfg.get("ablation_handles", (4, 6, 8, 12)):
+        name = f"latent: {H} handles ({12 * H} coordinates)"
+        if H == base_handles:
+            rows.append(dict(default_row, name=name + " = the checkpoint; same run as backward_euler", group="latent",
+                             handles=H, latent=12 * H))
+            continue
+        try:
+            path, _ = _variant(model_path, out, f"handles_{H}", handles=H)
+            measure(name + f", the density trained at {base_handles} handles", model=path, group="latent", handles=H,
+                    latent=12 * H)
+        except (AttributeError, ImportError, TypeError, KeyError, RuntimeError, ValueError) as exc:
+            not_run(name, "latent", f"{type(exc).__name__}: {str(exc)[:120]}", handles=H, latent=12 * H)
+    return {"rows": rows, "sequences": files, "model_handles": base_handles, "model_trained": _trained(meta)}

@@ -19,14 +19,16 @@ pca_modal  (per-mesh PCA subspace, linear second-order modal dynamics)
     are not comparable; frame 50 and later (sequences of 200 frames) are.
 
 latent_mlp  (non-Lagrangian latent stepper with the NeuROK decoder)
-    q_{t+1} = q_t + MLP(q_t, q_t - q_{t-1}, f_t, pins, floor, s, material), with a skip
-    connection so that a zero network continues at constant velocity. q lives in the trained
-    NeuROK model's latent space: the same (frozen) per-mesh basis encodes the ground truth and
-    decodes the prediction, so the only difference from the learned engine is the dynamics (an
-    unconstrained MLP instead of Euler-Lagrange equations of a learned potential). Forces
-    (gravity + painted), pin springs and the floor enter as the same exact reduced quantities
-    the learned engine uses. Trained on the training split's encoded latents with multi-step
-    rollout loss (4..16 frames, noise on the start state), one step per frame.
+    q_{t+1} = q_t + (q_t - q_{t-1}) + MLP(q_t, q_t - q_{t-1}, f_t, pins, floor, material), so a
+    zero network continues at constant velocity. q lives in the NeuROK model's latent space: the
+    same per-mesh skinning subspace (model v2's `LatentScene`: affine handles, mass-orthonormal)
+    encodes the ground truth and decodes the prediction, so the only difference from the learned
+    engine is the dynamics (an unconstrained MLP instead of the Euler-Lagrange equations of the
+    learned strain energy). Forces (gravity + painted, `scene.forcing(t)`), pin springs and the
+    floor enter as the same exact reduced quantities the learned engine uses. A mesh's latent
+    has `scene.dims` <= 12 x handles coordinates (flat sheets keep fewer); it is zero-padded to
+    12 x handles and the padding is masked. Trained on the training split's encoded latents with
+    multi-step rollout loss (4..16 frames, noise on the start state), one step per frame.
     Weights: `torch.save` of plain tensors and strings, loadable with `weights_only=True`.
 """
 from __future__ import annotations
@@ -45,29 +47,34 @@ from ..core.formats import FormatError, NeurokError, atomic_write_bytes, read_se
 from ..learned.checkpoint import read_payload
 
 # The latent-MLP baseline steps in the learned model's own latent space, so it reads that model's
-# internals (the one part of the evaluation that does). When the learned model changes shape and
-# they are gone, the baseline is reported as not available instead of stopping the evaluation.
+# internals (the one part of the evaluation that does: model v2's `LatentScene`). When the learned
+# model changes shape and they are gone, the baseline is reported as not available instead of
+# stopping the evaluation.
 try:
+    from ..core.physics import PIN_OMEGA2, PIN_OVER_MATERIAL
     from ..learned.checkpoint import load_checkpoint
-    from ..learned.dynamics import DTYPE, encode, pin_omega2
-    from ..learned.model import MATERIAL_FEATURES, TRANSLATION_MODES, mlp
+    from ..learned.materials import DTYPE, StrainEnergy
     LATENT_MLP_MISSING = None
+    MATERIAL_FEATURES = int(StrainEnergy.features({"kind": "solid", "poisson": 0.3}).numel())
 except ImportError as exc:
     LATENT_MLP_MISSING = f"not available with this learned model ({exc})"
-    DTYPE, MATERIAL_FEATURES, TRANSLATION_MODES = torch.float64, 3, 3
+    DTYPE, MATERIAL_FEATURES = torch.float64, 2
 
-    def mlp(sizes):
-        layers = []
-        for i in range(len(sizes) - 1):
-            layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-            if i < len(sizes) - 2:
-                layers.append(nn.SiLU())
-        return nn.Sequential(*layers)
+
+def mlp(sizes):
+    layers = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(nn.SiLU())
+    return nn.Sequential(*layers)
+
+
 from ..core.scene import Setup, setup_from_sequence
 from ..training.generate import load_index
 
 MLP_FORMAT = "neurok.latent_mlp/1"
-BLOWUP = 10.0              # |q_elastic| (normalised lengths) beyond which a rollout is a blow-up
+BLOWUP = 1e3               # |q| (normalised lengths: bounding-box diagonals) beyond which a rollout is a blow-up
 PCA_FIT_SHARE = 0.25
 PCA_MAX_MODES = 8
 DEFAULT_MLP_MINUTES = 3.0
@@ -140,12 +147,13 @@ def _stabilise(A, B, radius=1.0):
 # =========================================================================== latent MLP stepper
 
 class LatentMLP(nn.Module):
-    """q_{t+1} = q_t + (q_t - q_{t-1}) + out_std * net(normalised features)."""
+    """q_{t+1} = mask * (q_t + (q_t - q_{t-1}) + out_std * net(normalised features)).
+    (`shape_code`: width of a per-mesh shape code among the inputs; model v2 has none, 0.)"""
 
-    def __init__(self, latent: int, shape_code: int, hidden: int = 256):
+    def __init__(self, latent: int, shape_code: int = 0, hidden: int = 256):
         super().__init__()
         self.latent, self.shape_code, self.hidden = latent, shape_code, hidden
-        n_in = 5 * latent + shape_code + MATERIAL_FEATURES + 5
+        n_in = 6 * latent + shape_code + MATERIAL_FEATURES + 5
         self.net = mlp([n_in, hidden, hidden, hidden, latent])
         with torch.no_grad():
             self.net[-1].weight.mul_(0.01)
@@ -158,30 +166,54 @@ class LatentMLP(nn.Module):
     def config(self):
         return {"latent": self.latent, "shape_code": self.shape_code, "hidden": self.hidden}
 
-    def forward(self, feats, q, q_prev):
-        return q + (q - q_prev) + self.out_std * self.net((feats - self.in_mean) / self.in_std)
+    def forward(self, feats, q, q_prev, mask=None):
+        out = q + (q - q_prev) + self.out_std * self.net((feats - self.in_mean) / self.in_std)
+        return out if mask is None else out * mask
+
+
+CONTACT_ROWS = 512          # contact samples per mesh, padded by repeating the first (the minimum is unchanged)
+
+
+def _pad(x, size, dim=-1):
+    pad = size - x.shape[dim]
+    if pad <= 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = pad
+    return torch.cat([x, torch.zeros(shape, dtype=x.dtype, device=x.device)], dim=dim)
 
 
 class SceneTerms:
     """The reduced, exact inputs of one sequence for the latent stepper, from the NeuROK model's
-    `LatentScene` (same basis, forces, pins and floor as the learned engine)."""
+    `LatentScene` (same subspace, forces, pins and floor as the learned engine), padded to
+    `latent` coordinates."""
 
-    def __init__(self, scene):
+    def __init__(self, scene, latent: int):
         setup = scene.setup
         T = setup.frames
-        self.scene = scene
+        d = scene.dims
+        if d > latent:
+            raise NeurokError(f"this mesh's latent has {d} coordinates, more than the baseline's {latent}")
+        self.scene, self.d, self.latent = scene, d, latent
         self.dt = setup.dt
-        self.F = torch.stack([scene.forcing(t) for t in range(T)]) * setup.dt ** 2           # [T,d]
-        omega = pin_omega2(setup.material, scene.scale)
-        self.Pb = torch.stack([scene.pin_b(min(t + 1, T - 1)) for t in range(T)]) / omega    # [T,d]
-        self.P = scene.P / omega                                                             # [d,d]
-        self.phi_z, self.z_c = scene.phi_c[:, :, 2], scene.z_c
-        self.floor, self.has_floor = scene.floor, 0.0 if setup.floor_z is None else 1.0
+        self.mask = _pad(torch.ones(d, dtype=DTYPE), latent)
+        self.F = _pad(torch.stack([scene.forcing(t) for t in range(T)]) * setup.dt ** 2, latent)         # [T,D]
+        omega = max(PIN_OMEGA2, PIN_OVER_MATERIAL * scene.w0sq)
+        self.Pb = _pad(torch.stack([scene.pin_b(min(t + 1, T - 1)) for t in range(T)]) / omega, latent)  # [T,D]
+        self.P = _pad(_pad(scene.P / omega, latent, -1), latent, -2)                                    # [D,D]
+        Vz, z_c = scene.contact_Vz, scene.contact_rest[:, 2]
+        Vz, z_c = Vz[:CONTACT_ROWS], z_c[:CONTACT_ROWS]
+        extra = CONTACT_ROWS - len(z_c)
+        if extra > 0:
+            Vz = torch.cat([Vz, Vz[:1].expand(extra, -1)])
+            z_c = torch.cat([z_c, z_c[:1].expand(extra)])
+        self.phi_z, self.z_c = _pad(Vz, latent), z_c                                                   # [K,D], [K]
+        self.floor, self.has_floor = float(scene.floor), 0.0 if setup.floor_z is None else 1.0
         m = setup.material
         w0 = math.sqrt(scene.w0sq)
-        const = [math.log10(max(scene.w0sq, 1e-12)) / 3.0, math.log10(max(m["damping"] * w0, 1e-6)) / 3.0,
-                 m["air_damping"] * setup.dt, self.has_floor]
-        self.cond = torch.cat([scene.red.s, scene.red.material, torch.tensor(const, dtype=DTYPE)])
+        const = [math.log10(max(scene.w0sq, 1e-12)) / 3.0, math.log10(max(m.get("damping", 0.0) * w0, 1e-6)) / 3.0,
+                 m.get("air_damping", 0.0) * setup.dt, self.has_floor]
+        self.cond = torch.cat([scene.features.to(DTYPE).cpu(), torch.tensor(const, dtype=DTYPE)])
 
     def features(self, t, q, q_prev):
         """Features [..., n_in] for the step t -> t+1; t is an int or a long tensor [...]."""
@@ -190,13 +222,18 @@ class SceneTerms:
         z = self.z_c + q @ self.phi_z.T
         gap = self.has_floor * torch.clamp(z.min(dim=-1, keepdim=True).values - self.floor, -1.0, 1.0)
         diagP = torch.diagonal(self.P).expand_as(q)
+        mask = self.mask.expand_as(q)
         cond = self.cond.expand(q.shape[:-1] + self.cond.shape)
-        return torch.cat([q, q - q_prev, F, pin, diagP, cond, gap], dim=-1)
+        return torch.cat([q, q - q_prev, F, pin, diagP, mask, cond, gap], dim=-1)
 
 
-def _start_latents(scene):
-    q0 = scene.q0
-    return q0, q0 - scene.setup.dt * scene.qd0
+def _start_latents(scene, latent):
+    q0 = _pad(scene.q0.cpu(), latent)
+    return q0, q0 - scene.setup.dt * _pad(scene.qd0.cpu(), latent)
+
+
+def _latent_size(model) -> int:
+    return 12 * int(model.cfg.handles)
 
 
 def rollout_latent_mlp(stepper: LatentMLP, model, setup: Setup, device="cpu"):
@@ -204,31 +241,28 @@ def rollout_latent_mlp(stepper: LatentMLP, model, setup: Setup, device="cpu"):
     from ..learned.latent_scene import LatentScene
     with torch.no_grad():
         scene = LatentScene(model, setup, device=device)
-        terms = SceneTerms(scene)
-        q, q_prev = _start_latents(scene)
+        terms = SceneTerms(scene, stepper.latent)
+        q, q_prev = _start_latents(scene, stepper.latent)
         out = np.empty((setup.frames, setup.num_vertices, 3), np.float32)
         out[0] = setup.x0
         fault = None
         for t in range(setup.frames - 1):
-            q_new = stepper(terms.features(t, q, q_prev), q, q_prev)
-            # the translation block is rigid motion (a body may fall any distance), as in the runtime's guard
-            if not bool(torch.all(torch.isfinite(q_new))) or float(torch.linalg.norm(q_new[TRANSLATION_MODES:])) > BLOWUP:
+            q_new = stepper(terms.features(t, q, q_prev), q, q_prev, terms.mask)
+            # rigid motion is part of every coordinate here, so only a non-finite or absurd state is a blow-up
+            if not bool(torch.all(torch.isfinite(q_new))) or float(torch.linalg.norm(q_new)) > BLOWUP:
                 fault = t + 1
                 out[t + 1:] = out[t]
                 break
             q_prev, q = q, q_new
-            out[t + 1] = scene.decode_metres(q)
+            out[t + 1] = scene.decode_metres(q[:terms.d])
     return out, fault
 
 
 class _Sequence:
-    def __init__(self, model, item):
-        from ..learned.latent_scene import LatentScene
-        scene = LatentScene(model, item.setup, mt=item.mt)
-        self.terms = SceneTerms(scene)
-        self.Q = encode(scene.red, scene.mt, item.xs)                  # [T,d] encoded ground truth
-        q0, qm1 = _start_latents(scene)
-        self.Q_prev0 = qm1
+    def __init__(self, item, latent):
+        self.terms = SceneTerms(item.scene, latent)
+        self.Q = _pad(item.qs.detach().cpu(), latent)                  # [T,D] encoded ground truth
+        _, self.Q_prev0 = _start_latents(item.scene, latent)
         self.T = self.Q.shape[0]
 
 
@@ -243,15 +277,15 @@ def train_latent_mlp(model_path, data_dir, minutes: float | None = 5.0, steps: i
     model, _ = load_checkpoint(model_path)
     for p in model.parameters():
         p.requires_grad_(False)
-    items = load_items(data_dir, ("train",))
+    items = load_items(model, data_dir, ("train",))
     if not items:
         raise NeurokError(f"{data_dir}: no training sequences for the latent-MLP baseline")
     with torch.no_grad():
-        seqs = [_Sequence(model, it) for it in items if it.xs.shape[0] >= 3]
+        D = _latent_size(model)
+        seqs = [_Sequence(it, D) for it in items if it.qs.shape[0] >= 3 and it.scene.dims <= D]
     if not seqs:
         raise NeurokError(f"{data_dir}: training sequences are too short for the latent-MLP baseline")
-    d = model.cfg.latent
-    net = LatentMLP(d, model.cfg.shape_code, hidden)
+    net = LatentMLP(D, 0, hidden)
     _fit_normalisation(net, seqs)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     budget_steps = steps if steps is not None else None
@@ -319,6 +353,7 @@ def _rollout_loss(net, seqs, rng, batch, L, noise=2e-3):
     q = torch.stack([s.Q[t0] for s, t0, _ in picks])
     q_prev = torch.stack([s.Q[t0 - 1] if t0 > 0 else s.Q_prev0 for s, t0, _ in picks])
     shift = noise * torch.randn_like(q)
+    shift = shift * torch.stack([s.terms.mask for s, _, _ in picks])
     q, q_prev = q + shift, q_prev + shift  # same offset: a position error, not a velocity kick
     F = torch.stack([s.terms.F[t0:t0 + n] for s, t0, _ in picks])              # [B,n,d]
     Pb = torch.stack([s.terms.Pb[t0:t0 + n] for s, t0, _ in picks])
@@ -329,14 +364,15 @@ def _rollout_loss(net, seqs, rng, batch, L, noise=2e-3):
     floor = torch.tensor([s.terms.floor for s, _, _ in picks], dtype=q.dtype)[:, None]
     has_floor = torch.tensor([s.terms.has_floor for s, _, _ in picks], dtype=q.dtype)[:, None]
     cond = torch.stack([s.terms.cond for s, _, _ in picks])
+    mask = torch.stack([s.terms.mask for s, _, _ in picks])
     diagP = torch.diagonal(P, dim1=1, dim2=2)
     errs = []
     for k in range(n):
         pin = Pb[:, k] - torch.einsum("bij,bj->bi", P, q)
         z = z_c + torch.einsum("bkj,bj->bk", phi_z, q)
         gap = has_floor * torch.clamp(z.min(dim=-1, keepdim=True).values - floor, -1.0, 1.0)
-        feats = torch.cat([q, q - q_prev, F[:, k], pin, diagP, cond, gap], dim=-1)
-        q_new = net(feats, q, q_prev)
+        feats = torch.cat([q, q - q_prev, F[:, k], pin, diagP, mask, cond, gap], dim=-1)
+        q_new = net(feats, q, q_prev, mask)
         errs.append(torch.sqrt(((q_new - target[:, k]) ** 2).sum(-1) + 1e-12))
         q_prev, q = q, q_new
     return torch.stack(errs).mean()

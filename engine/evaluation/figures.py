@@ -41,9 +41,9 @@ def make_figures(result, stress, bench_result, ablations, fig_dir):
         axes[0][0].set_ylabel("rel_l2 (mean vertex error / diagonal)")
         axes[0][-1].legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(fig_dir / "error_vs_frame.png", dpi=110)
+        fig.savefig(fig_dir / "eval_error_vs_frame.png", dpi=110)
         plt.close(fig)
-        made["error_vs_frame"] = "figures/error_vs_frame.png"
+        made["error_vs_frame"] = "figures/eval_error_vs_frame.png"
     # error vs force scale
     rows = [r for r in stress["rows"] if r["group"] == "force"]
     if rows:
@@ -59,9 +59,9 @@ def make_figures(result, stress, bench_result, ablations, fig_dir):
         ax.set_ylabel("rel_l2 rollout mean")
         ax.grid(alpha=0.3, which="both"); ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(fig_dir / "error_vs_force.png", dpi=110)
+        fig.savefig(fig_dir / "eval_error_vs_force.png", dpi=110)
         plt.close(fig)
-        made["error_vs_force"] = "figures/error_vs_force.png"
+        made["error_vs_force"] = "figures/eval_error_vs_force.png"
     # time vs vertices
     if bench_result["rows"]:
         fig, ax = plt.subplots(figsize=(5.4, 3.8))
@@ -74,9 +74,9 @@ def make_figures(result, stress, bench_result, ablations, fig_dir):
         ax.set_xlabel("vertices"); ax.set_ylabel("ms per frame")
         ax.grid(alpha=0.3, which="both"); ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(fig_dir / "time_vs_vertices.png", dpi=110)
+        fig.savefig(fig_dir / "eval_time_vs_vertices.png", dpi=110)
         plt.close(fig)
-        made["time_vs_vertices"] = "figures/time_vs_vertices.png"
+        made["time_vs_vertices"] = "figures/eval_time_vs_vertices.png"
     # ablations
     run_rows = [r for r in ablations.get("rows", []) if r.get("status") == "run"]
     if run_rows:
@@ -89,9 +89,9 @@ def make_figures(result, stress, bench_result, ablations, fig_dir):
         ax.set_xlabel("rel_l2 rollout mean (evaluation subset)")
         ax.grid(alpha=0.3, axis="x")
         fig.tight_layout()
-        fig.savefig(fig_dir / "ablations.png", dpi=110)
+        fig.savefig(fig_dir / "eval_ablations.png", dpi=110)
         plt.close(fig)
-        made["ablations"] = "figures/ablations.png"
+        made["ablations"] = "figures/eval_ablations.png"
     # energy drift
     curves = result.get("energy_drift_detail", {}).get("curves")
     if curves:
@@ -105,9 +105,9 @@ def make_figures(result, stress, bench_result, ablations, fig_dir):
         ax.set_yscale("log"); ax.set_xlabel("latent step (undamped, no forces)"); ax.set_ylabel("|E(t) - E(0)| / E(0)")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
-        fig.savefig(fig_dir / "energy_drift.png", dpi=110, bbox_inches="tight")
+        fig.savefig(fig_dir / "eval_energy_drift.png", dpi=110, bbox_inches="tight")
         plt.close(fig)
-        made["energy_drift"] = "figures/energy_drift.png"
+        made["energy_drift"] = "figures/eval_energy_drift.png"
     return made
 
 

@@ -196,7 +196,8 @@ def pick_entries(entries, max_sequences):
 def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_path="eval.json", mlp_minutes=None,
              mlp_steps=None, energy_steps=ENERGY_STEPS, integrator="backward_euler", quiet=False,
              baselines=True, chamfer=True, entries=None, name=None, engine=None, energy_curves=False,
-             oracle=True, oracle_handles=None, noise_sequences=NOISE_SEQUENCES, noise_frames=NOISE_FRAMES) -> dict:
+             oracle=True, oracle_handles=None, noise_sequences=NOISE_SEQUENCES, noise_frames=NOISE_FRAMES,
+             energy_tight=None) -> dict:
     """Evaluate a model on a data folder; returns the eval dict (see the module docstring).
     `engine` replaces the engine loaded from `model_path` (ablations); `entries` replaces the
     data folder's index (a subset)."""
@@ -309,7 +310,7 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
         result["families_baselines"] = {n: _grouped(records[n], "family") for n in names}
     if energy_steps:
         model = getattr(engine, "model", None)
-        result["energy_drift_detail"] = (energy_drift(model, steps=energy_steps, keep_curves=energy_curves) if model is not None
+        result["energy_drift_detail"] = (energy_drift(model, steps=energy_steps, keep_curves=energy_curves, tight=energy_tight) if model is not None
                                          else {"available": False, "note": "the engine exposes no model", "max": {}})
         result["energy_drift"] = result["energy_drift_detail"]["max"]
     result["seconds"] = round(time.perf_counter() - t_start, 1)

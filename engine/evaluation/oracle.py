@@ -51,16 +51,19 @@ def handles_for_latent(latent: int | None) -> int:
 
 
 def model_latent_size(engine) -> int | None:
-    """The learned engine's latent size when it says it (attribute `latent_size`, or its model's
-    config), else None."""
-    for path in (("latent_size",), ("model", "cfg", "latent"), ("model", "config", "latent")):
-        obj = engine
-        for name in path:
-            obj = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-            if obj is None:
-                break
-        if isinstance(obj, (int, np.integer)) and obj > 0:
-            return int(obj)
+    """The learned engine's latent size when it says it: an attribute `latent_size`, or model
+    v2's handle count (`model.cfg.handles` x 12 coordinates; a flat sheet's subspace may keep a
+    few fewer, `LatentScene.dims` is exact per mesh), or an older model's `cfg.latent`; else None."""
+    size = getattr(engine, "latent_size", None)
+    if isinstance(size, (int, np.integer)) and size > 0:
+        return int(size)
+    cfg = getattr(getattr(engine, "model", None), "cfg", None)
+    handles = getattr(cfg, "handles", None)
+    if isinstance(handles, (int, np.integer)) and handles > 0:
+        return DOFS_PER_HANDLE * int(handles)
+    latent = getattr(cfg, "latent", None)
+    if isinstance(latent, (int, np.integer)) and latent > 0:
+        return int(latent)
     return None
 
 

@@ -49,7 +49,8 @@ PRESETS = {
               "long_frames": 1000, "force_scales": (0.1, 1.0, 10.0, 100.0), "stress_frames": 24,
               "resolutions": (1000, 10000), "truth_max_vertices": 2000, "truth_max_force": 10.0,
               "scenes": SMALL_SCENES, "scene_frames": 36, "noise_scenes": ("torus",), "noise_frames": 12, "noise_sequences": 1,
-              "beam_frames": 72, "oracle_handles": None, "gif_frames": 36, "ablations": False},
+              "beam_frames": 72, "oracle_handles": None, "gif_frames": 36, "ablations": False, "energy_steps": 1000,
+              "energy_tight": None},
     "full": {"sequences": 24, "heldout": 6, "frames": 201, "seed": 2, "mlp_minutes": 6.0,   # frame 0..200
              "bench_sizes": (1000, 10000, 100000), "bench_frames": 24,
              "long_frames": 1000, "force_scales": (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0), "stress_frames": 48,
@@ -57,7 +58,8 @@ PRESETS = {
              "scenes": ALL_SCENES, "scene_frames": 120, "noise_scenes": ("toy_drop", "torus", "grid"), "noise_frames": 48,
              "noise_sequences": 2,
              "beam_frames": 96, "oracle_handles": None, "gif_frames": 60,
-             "ablations": True, "ablation_minutes": 8.0, "ablation_sequences": 8, "ablation_latents": (8, 16, 32, 64)},
+             "ablations": True, "ablation_sequences": 8, "ablation_handles": (4, 6, 8, 12), "energy_steps": 1000,
+             "energy_tight": 1e-8},
 }
 
 
@@ -143,7 +145,8 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
     step("eval")
     result = evaluate(model_path, data, latent_mlp=str(mlp_path) if mlp_path.is_file() else None,
                       json_path=str(out / "eval.json"), energy_curves=True, oracle_handles=cfg.get("oracle_handles"),
-                      noise_sequences=cfg["noise_sequences"], noise_frames=cfg["noise_frames"])
+                      noise_sequences=cfg["noise_sequences"], noise_frames=cfg["noise_frames"],
+                      energy_steps=cfg["energy_steps"], energy_tight=cfg["energy_tight"])
     write_json(out / "eval.json", result)
     done("eval")
 
