@@ -14,7 +14,7 @@ from engine.learned.checkpoint import load_checkpoint
 from engine.learned.model import NeurokModel
 from engine.learned.runtime import NeurokEngine
 from engine.training.generate import generate, load_index
-from engine.training.train import load_items, rollout_loss, train
+from engine.training.train import load_items, projection_loss, rollout_loss, train
 
 STEPS = 8
 MORE_STEPS = 10     # the resumed run adds 2
@@ -53,9 +53,18 @@ def _loss(model, data):
         return float(np.mean([float(rollout_loss(item, 3, t0=t0, noise=0.0)) for item in items for t0 in (1, 4)]))
 
 
+def _projection(model, data):
+    items = load_items(model, data)
+    with torch.no_grad():
+        return float(np.mean([float(projection_loss(model, item)) for item in items]))
+
+
 def test_a_tiny_training_run_lowers_the_loss_on_its_data(data, trained):
     out, model, history = trained
     assert len(history) == STEPS and [h["step"] for h in history] == list(range(1, STEPS + 1))
+    assert [h["stage"] for h in history[:2]] == ["subspace", "subspace"] and history[-1]["stage"] == "dynamics"
+    # stage 1: the learned skinning weights fit the observed frames better than the eigenfunctions
+    assert _projection(load_checkpoint(out)[0], data) < _projection(NeurokModel(), data)
     before = _loss(NeurokModel(), data)
     after = _loss(load_checkpoint(out)[0], data)
     assert np.isfinite(before) and after < before

@@ -4,18 +4,22 @@
     V(q) = stiffness * sum_k c_k psi_theta(invariants of F_k(q); material)  (`materials.py`)
          + exact gravity, painted forces, pins, floor                          (`terms.py`)
 
-What is learned: the density psi_theta (Lame scales per material and an invariant-based
-correction on top of neo-Hookean / the cloth membrane, plus a bending scale), trained from
-trajectories by differentiating through the implicit step. Everything else is exact mechanics,
-so a rigid motion costs nothing, stiffness scales V exactly, and no sample can invert.
+What is learned: the skinning weights (`WeightField`, a neural field over the mesh's Laplacian
+eigenfunctions conditioned on its spectrum, fitted so 4D data projects onto the subspace) and the
+density psi_theta (Lame scales per material and an invariant-based correction on top of
+neo-Hookean / the cloth membrane, plus a bending scale), trained from trajectories by
+differentiating through the implicit step. Everything else is exact mechanics, so a rigid motion
+costs nothing, stiffness scales V exactly, and no sample can invert.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
+import torch
 from torch import nn
 
-from .materials import StrainEnergy
+from .materials import DTYPE, StrainEnergy
 
 
 @dataclass
@@ -30,9 +34,50 @@ class ModelConfig:
         return asdict(self)
 
 
+class WeightField(nn.Module):
+    """The learned skinning weights: a neural field over each mesh's own smooth functions.
+
+    Input at a node: the 2H lowest Laplacian eigenfunctions there, and the shape code — the
+    normalised spectrum log(lambda_k / lambda_2), which describes the shape independently of how
+    it is meshed or posed. Output: H handle weights, the first held at 1 (so rigid motion stays
+    exact), the others the eigenfunctions plus a learned correction (last layer zero at start:
+    an untrained field gives the eigenfunctions). Trained on 4D data so that observed frames
+    project onto the subspace with small error (`training/train.py`, stage 1).
+    """
+
+    def __init__(self, handles: int, width: int):
+        super().__init__()
+        self.handles = handles
+        self.net = nn.Sequential(nn.Linear(4 * handles, width), nn.SiLU(), nn.Linear(width, width), nn.SiLU(),
+                                 nn.Linear(width, handles - 1))
+        nn.init.zeros_(self.net[-1].weight)
+        nn.init.zeros_(self.net[-1].bias)
+        self.to(DTYPE)
+
+    @staticmethod
+    def shape_code(spectrum, count):
+        s = torch.as_tensor(np.asarray(spectrum, dtype=np.float64), dtype=DTYPE)
+        s = torch.nn.functional.pad(s, (0, max(0, count - len(s))))[:count]
+        ref = s[1].clamp(min=1e-12)
+        return torch.log(s.clamp(min=1e-12) / ref) * (s > 0)
+
+    def forward(self, functions, spectrum):
+        """functions [n, 2H] (torch), spectrum [2H] -> weights [n, H]."""
+        H = self.handles
+        phi = torch.nn.functional.pad(functions, (0, max(0, 2 * H - functions.shape[1])))
+        code = self.shape_code(spectrum, 2 * H).expand(len(phi), -1)
+        correction = self.net(torch.cat([phi, code], dim=-1))
+        ones = torch.ones(len(phi), 1, dtype=phi.dtype, device=phi.device)
+        return torch.cat([ones, phi[:, 1:H] + correction], dim=-1)
+
+    def weights(self, functions, spectrum) -> np.ndarray:
+        with torch.no_grad():
+            return self.forward(torch.as_tensor(functions, dtype=DTYPE), spectrum).cpu().numpy()
+
+
 class NeurokModel(nn.Module):
     def __init__(self, cfg: ModelConfig | None = None):
         super().__init__()
         self.cfg = cfg or ModelConfig()
         self.energy = StrainEnergy(self.cfg.width)
-        self.weight_field = None   # learned refinement of the handle weights (not trained yet: eigenfunctions only)
+        self.weight_field = WeightField(self.cfg.handles, self.cfg.width)

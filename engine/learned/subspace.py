@@ -112,18 +112,20 @@ def graph_laplacian(edges, n):
     return (sp.diags(np.asarray(A.sum(axis=1)).ravel()) - A).tocsr()
 
 
-def smooth_weights(L, mass, count: int) -> np.ndarray:
-    """The `count` lowest eigenfunctions of L phi = lambda M phi [n, count], the constant first,
-    each scaled to a largest magnitude of 1."""
+def smooth_functions(L, mass, count: int):
+    """The `count` lowest eigenpairs of L phi = lambda M phi: functions [n, count] (the constant
+    first, each scaled to a largest magnitude of 1) and eigenvalues [count] (the shape's spectrum)."""
     n = L.shape[0]
     count = min(count, n - 1)
     M = sp.diags(mass / mass.mean())
     if n <= 2500:
-        _, vecs = scipy.linalg.eigh(L.toarray(), M.toarray(), subset_by_index=[0, count - 1])
+        vals, vecs = scipy.linalg.eigh(L.toarray(), M.toarray(), subset_by_index=[0, count - 1])
     else:
-        _, vecs = spla.eigsh(L.tocsc(), k=count, M=M.tocsc(), sigma=-1e-3, which="LM")
+        vals, vecs = spla.eigsh(L.tocsc(), k=count, M=M.tocsc(), sigma=-1e-3, which="LM")
+        order = np.argsort(vals)
+        vals, vecs = vals[order], vecs[:, order]
     vecs[:, 0] = 1.0
-    return vecs / np.abs(vecs).max(axis=0, keepdims=True)
+    return vecs / np.abs(vecs).max(axis=0, keepdims=True), np.maximum(vals, 0.0)
 
 
 # --------------------------------------------------------------------------- the subspace of one mesh
@@ -138,6 +140,8 @@ class Subspace:
     node_mass: np.ndarray         # [n] mass fractions (sum 1)
     W: sp.csr_matrix              # [N,n] vertices from nodes
     weights: np.ndarray           # [n,H] handle weights at the nodes
+    functions: np.ndarray         # [n,2H] the Laplacian eigenfunctions the weights come from
+    spectrum: np.ndarray          # [2H] their eigenvalues
     node_basis: np.ndarray        # [n,3,d] mass-orthonormal node displacement basis
     vertex_basis: np.ndarray      # [N,3,d]
     cell_nodes: np.ndarray | None   # solids: [C,8] cells (cubature samples: the chosen cells)
@@ -218,7 +222,8 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
                    contact_samples: int, weight_field=None) -> Subspace:
     """Everything one mesh needs, once: nodes, masses, smooth handle weights, the mass-orthonormal
     basis, the cubature samples of the elastic energy, the bending matrix (cloth), contact samples.
-    `weight_field(points, weights) -> weights` is the learned refinement (None: eigenfunctions only)."""
+    `weight_field` (`model.WeightField`) refines the eigenfunctions into the handle weights (None:
+    the lowest eigenfunctions themselves)."""
     norm = Normalisation.of(rest)
     x = norm.forward(rest)
     faces = np.asarray(faces, dtype=np.int64)
@@ -236,16 +241,16 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
         node_mass = np.where(node_mass > 0, node_mass, max(node_mass.max(), 1e-12) * 1e-3)
         L = mesh_laplacian(faces, len(x))
     node_mass = node_mass / node_mass.sum()
-    weights = smooth_weights(L, node_mass, handles)
-    if weight_field is not None:
-        weights = weight_field(nodes, weights)
+    functions, spectrum = smooth_functions(L, node_mass, 2 * handles)
+    weights = functions[:, :handles] if weight_field is None else weight_field.weights(functions, spectrum)
     centre = (node_mass[:, None] * nodes).sum(axis=0)
     node_basis = mass_orthonormal(handle_jacobian(nodes, centre, weights), node_mass)
     d = node_basis.shape[2]
     vertex_basis = (W @ node_basis.reshape(len(nodes), -1)).reshape(len(x), 3, d)
     contact = farthest_point_sample(x, contact_samples)
     common = dict(kind="solid" if solid else "cloth", norm=norm, rest=x, faces=faces, nodes=nodes,
-                  node_mass=node_mass, W=W, weights=weights, node_basis=node_basis, vertex_basis=vertex_basis,
+                  node_mass=node_mass, W=W, weights=weights, functions=functions, spectrum=spectrum,
+                  node_basis=node_basis, vertex_basis=vertex_basis,
                   contact=np.unique(contact))
     if solid:
         chosen = np.arange(len(lat.cell_nodes))

@@ -1,12 +1,15 @@
 """Training: `neurok train --data DIR --out CKPT [--init CKPT] [--steps N | --minutes M]`.
 
-What is learned is the strain energy density (`learned/materials.py`): per-material scales of
-the classical density and an invariant-based correction. It is trained from trajectories, by
-batches of short rollouts through the implicit step (gradient by the implicit-function trick,
-`integrators.differentiable_step`), compared with the encoded true frames, starting from
-noisy encoded states (DESIGN.md section 2: rollout training with noise injection is what made
-latent dynamics stable). The subspace of each mesh is exact geometry (skinning eigenmodes)
-and needs no training; forces, pins and materials are inputs, never outputs.
+Two stages share the budget:
+1. subspace (first 20%): the skinning-weight field (`model.WeightField`) is fitted so that the
+   observed frames project onto each mesh's subspace with the least mass-weighted error;
+2. dynamics (the rest): the strain energy density (`learned/materials.py`: per-material scales
+   of the classical density and an invariant-based correction) is trained from trajectories, by
+   batches of short rollouts through the implicit step (gradient by the implicit-function
+   trick, `integrators.differentiable_step`), compared with the encoded true frames, starting
+   from noisy encoded states (DESIGN.md section 2: rollout training with noise injection is what
+   made latent dynamics stable).
+Forces, pins and materials are inputs, never outputs.
 
 Resumable: the state (weights, optimiser, step, elapsed time) is saved to OUT.resume every
 few minutes and when the run ends; running the same command again continues from there.
@@ -39,6 +42,8 @@ from ..learned.model import ModelConfig, NeurokModel
 from ..learned.runtime import SUBSTEP, NeurokRun
 from .generate import load_index
 
+SUBSPACE_SHARE = 0.2
+SUBSPACE_FRAMES = 8          # frames per sequence the subspace stage fits
 BATCH = 4
 ROLLOUT_FRAMES = (3, 6)      # rollout length grows from the first to the second over the run
 START_NOISE = 1e-3           # std of the noise on the start latent (normalised lengths)
@@ -53,6 +58,14 @@ class TrainItem:
     scene: LatentScene
     qs: torch.Tensor       # [T,d] encoded true frames
     entry: dict
+    positions: np.ndarray  # [T,N,3] true frames (metres)
+
+    def rebuild(self, model):
+        """The latent scene again, after the weight field changed the subspace."""
+        with torch.no_grad():
+            self.scene = LatentScene(model, self.setup)
+        self.qs = encode_frames(self.scene, self.positions)
+        self.__dict__.pop("_projection", None)
 
 
 def load_items(model, data_dir, splits=("train",), limit=None, skip=()) -> list[TrainItem]:
@@ -65,12 +78,46 @@ def load_items(model, data_dir, splits=("train",), limit=None, skip=()) -> list[
         setup = setup_from_sequence(seq)
         with torch.no_grad():
             scene = LatentScene(model, setup)
-        items.append(TrainItem(setup, scene, encode_frames(scene, seq.positions), e))
+        items.append(TrainItem(setup, scene, encode_frames(scene, seq.positions), e, seq.positions))
     return [i for i in items if len(i.qs) > ROLLOUT_FRAMES[1] + 2]
 
 
 def encode_frames(scene: LatentScene, positions) -> torch.Tensor:
     return torch.stack([scene.encode(scene.sub.norm.forward(x)) for x in positions])
+
+
+def handle_jacobian(nodes, centre, weights):
+    """torch twin of `subspace.handle_jacobian`: [n,3,12H] displacement per handle coordinate."""
+    n, H = weights.shape
+    xc = nodes - centre
+    eye = torch.eye(3, dtype=weights.dtype)
+    JA = torch.einsum("ij,nh,nk->nihjk", eye, weights, xc).reshape(n, 3, H, 9)
+    Jb = torch.einsum("ij,nh->nihj", eye, weights)
+    return torch.cat([JA, Jb], dim=-1).reshape(n, 3, 12 * H)
+
+
+def projection_loss(model, item: TrainItem) -> torch.Tensor:
+    """Mass-weighted mean squared distance (diagonals^2) between observed frames and their
+    projection onto the subspace the weight field gives this mesh."""
+    sub = item.scene.sub
+    cache = item.__dict__.setdefault("_projection", {})
+    if not cache:
+        frames = np.linspace(0, len(item.qs) - 1, min(SUBSPACE_FRAMES, len(item.qs))).astype(int)
+        cache.update(functions=torch.as_tensor(sub.functions, dtype=DTYPE), nodes=torch.as_tensor(sub.nodes, dtype=DTYPE),
+                     centre=torch.as_tensor((sub.node_mass[:, None] * sub.nodes).sum(0), dtype=DTYPE),
+                     W=torch.as_tensor(sub.W.toarray(), dtype=DTYPE), m=torch.as_tensor(np.repeat(sub.vertex_mass, 3), dtype=DTYPE),
+                     U=torch.as_tensor(np.stack([(sub.norm.forward(item.positions[t]) - sub.rest).ravel() for t in frames], 1),
+                                       dtype=DTYPE))
+    c = cache
+    w = model.weight_field(c["functions"], sub.spectrum)
+    J = handle_jacobian(c["nodes"], c["centre"], w)
+    B = (c["W"] @ J.reshape(len(c["nodes"]), -1)).reshape(-1, J.shape[-1])
+    MB = c["m"][:, None] * B
+    lhs = B.T @ MB
+    lhs = lhs + 1e-9 * torch.diagonal(lhs).mean() * torch.eye(len(lhs), dtype=DTYPE)
+    coeff = torch.linalg.solve(lhs, MB.T @ c["U"])
+    r = c["U"] - B @ coeff
+    return (c["m"][:, None] * r ** 2).sum(0).mean()
 
 
 def rollout_loss(item: TrainItem, frames: int, rng=None, t0=None, noise=START_NOISE) -> torch.Tensor:
@@ -143,6 +190,7 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     bar = None if (quiet or rank) else ProgressBar(budget[1] if budget[0] == "steps" else int(budget[1]),
                                                    f"train ({len(items)} seq)")
     history = []
+    rebuilt = step / budget[1] >= SUBSPACE_SHARE if budget[0] == "steps" else elapsed / budget[1] >= SUBSPACE_SHARE
     t_start = time.perf_counter() - elapsed
     last_save = last_refresh = time.perf_counter()
     while True:
@@ -150,12 +198,21 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         fraction = step / budget[1] if budget[0] == "steps" else elapsed / budget[1]
         if fraction >= 1.0 or (cancel is not None and cancel.is_set()):
             break
-        frames = ROLLOUT_FRAMES[0] + int(round((ROLLOUT_FRAMES[1] - ROLLOUT_FRAMES[0]) * min(1.0, fraction)))
         picks = rng.choice(len(items), size=min(BATCH, len(items)), replace=False)
-        losses = [loss for loss in (rollout_loss(items[i], frames, rng) for i in picks) if loss is not None]
-        if not losses:
-            continue
-        loss = torch.stack(losses).mean()
+        stage = "subspace" if fraction < SUBSPACE_SHARE else "dynamics"
+        if stage == "dynamics" and not rebuilt:     # the subspace is final: rebuild the scenes on it
+            for item in items + val_items:
+                item.rebuild(model)
+            rebuilt = True
+        if stage == "subspace":
+            loss = torch.stack([projection_loss(model, items[i]) for i in picks]).mean()
+        else:
+            dyn = (fraction - SUBSPACE_SHARE) / (1.0 - SUBSPACE_SHARE)
+            frames = ROLLOUT_FRAMES[0] + int(round((ROLLOUT_FRAMES[1] - ROLLOUT_FRAMES[0]) * min(1.0, dyn)))
+            losses = [loss for loss in (rollout_loss(items[i], frames, rng) for i in picks) if loss is not None]
+            if not losses:
+                continue
+            loss = torch.stack(losses).mean()
         opt.zero_grad()
         loss.backward()
         average_gradients(model, world)
@@ -163,16 +220,19 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         if all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None):
             opt.step()
         step += 1
-        history.append({"rollout": float(loss.detach()), "step": step})
+        history.append({stage: float(loss.detach()), "step": step, "stage": stage})
         if log:
             log(history[-1])
         if progress:
             progress(min(1.0, fraction))
         if bar:
             bar.update(done=step if budget[0] == "steps" else int(time.perf_counter() - t_start),
-                       postfix=f"rollout={history[-1]['rollout']:.3g}")
+                       postfix=f"{stage}={history[-1][stage]:.3g}")
         if time.perf_counter() - last_refresh > REFRESH_DATA_SECONDS:
-            items.extend(load_items(model, data, ("train",), skip={i.entry["file"] for i in items}))
+            try:   # sequences generated since the start join (on the current field)
+                items.extend(load_items(model, data, ("train",), skip={i.entry["file"] for i in items}))
+            except NeurokError:   # the data folder is being rewritten: go on with what is loaded
+                pass
             last_refresh = time.perf_counter()
             if bar:
                 bar.desc = f"train ({len(items)} seq)"
@@ -217,7 +277,8 @@ def _save(out, resume, model, opt, step, elapsed, items, history, data, extra_me
     meta.update(extra_meta or {})
     recent = history[-50:]
     meta.update({"data": str(data), "sequences": len(items), "steps": step, "seconds": round(elapsed, 1),
-                 "final_losses": {"rollout": float(np.mean([h["rollout"] for h in recent]))} if recent else {}})
+                 "final_losses": {k: float(np.mean([h[k] for h in recent if k in h]))
+                                  for k in ("subspace", "dynamics") if any(k in h for h in recent)}})
     save_checkpoint(out, model, meta)
     save_checkpoint(resume, model, meta, extra={"optimizer": opt.state_dict(), "step": step, "elapsed": elapsed})
 
