@@ -429,7 +429,9 @@ def write_report(suite, result, scenes, beam, stress, bench_result, ablations, d
                 f"Replay speed during the evaluation: {fmt(result.get('ms_per_frame'), 2)} ms/frame.")
     gaps = [f"The {cfg['long_frames']}-frame runs and the largest pushes have no ground truth (the reference is too slow); "
             "they are judged by stability and plausibility alone.",
-            "Inverted tetrahedra are not counted: the model has no elements; flipped surface triangles stand in for them."]
+            "Inverted elements are not counted for the model: model v2's density is infinite at J <= 0, so no cubature "
+            "sample can invert (its line search rejects such a step); flipped surface triangles measure what a viewer sees "
+            "between the samples."]
     gaps += scenes.get("notes", [])
     if preset == "small":
         gaps.append("Small preset: no horizon-100 figures on the scenes, no frame-200 errors, no ablations.")
