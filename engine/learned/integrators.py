@@ -32,27 +32,28 @@ def solve(H, g):
         return torch.linalg.solve(H + 1e-8 * torch.diagonal(H).abs().mean() * eye, g)
 
 
+def _start(ctx: StepContext, q):
+    """(q, terms with the Hessian) at the guess, or at q_n when the guess would invert a sample."""
+    t = total(q, ctx)
+    if math.isfinite(float(t.energy)):
+        return q, t
+    return ctx.q_n, total(ctx.q_n, ctx)
+
+
 def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERANCE):
     """Newton with backtracking on the incremental potential, from the guess q (or from q_n when
     the guess would invert a sample: the line search then never leaves the valid states).
-    Returns (q, converged)."""
-    energy = total_energy(q, ctx)
+    Chord iterations: the Hessian of the first iteration serves the next ones (gradients are
+    cheap, Hessians are not); it is refreshed after a shortened step. Returns (q, converged)."""
+    q, t = _start(ctx, q)
+    energy = t.energy
     if not math.isfinite(float(energy)):
-        q = ctx.q_n
-        energy = total_energy(q, ctx)
-        if not math.isfinite(float(energy)):
-            return q, False
-    H = None
-    for it in range(iterations):
-        # chord Newton: the Hessian of the first iteration serves the next ones (gradients are
-        # cheap, Hessians are not); it is refreshed when a step makes too little progress
-        fresh = H is None or FULL_NEWTON
-        t = total(q, ctx, need_hess=fresh)
-        if fresh:
-            H = t.hess
-            if ctx.exact_hessian and int(torch.linalg.cholesky_ex(H)[1]) != 0:
-                ctx.exact_hessian = False          # not convex here: project each sample's Hessian
-                H = total(q, ctx).hess
+        return q, False
+    H, fresh = t.hess, True
+    for _ in range(iterations):
+        if fresh and ctx.exact_hessian and int(torch.linalg.cholesky_ex(H)[1]) != 0:
+            ctx.exact_hessian = False          # not convex here: project each sample's Hessian
+            H = total(q, ctx).hess
         step = -solve(H, t.grad)
         decrement = float(-torch.dot(t.grad, step))
         if not math.isfinite(decrement):
@@ -68,14 +69,17 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
             alpha *= 0.5
         else:
             if not fresh:            # a stale Hessian: refresh it before giving up
-                H = None
+                t = total(q, ctx)
+                H, fresh = t.hess, True
                 continue
             return q, float(torch.linalg.norm(step)) < 1e3 * tolerance
-        if alpha < 1.0:
-            H = None
         q, energy = trial, e_trial
         if alpha * float(torch.linalg.norm(step)) < tolerance:
             return q, True
+        fresh = alpha < 1.0 or FULL_NEWTON
+        t = total(q, ctx, need_hess=fresh)
+        if fresh:
+            H = t.hess
     return q, True
 
 
