@@ -64,7 +64,11 @@ def load_checkpoint(path, device="cpu") -> tuple[NeurokModel, dict]:
         cfg = ModelConfig(**json.loads(payload["config"]))
         meta = json.loads(payload.get("meta", "{}"))
         model = NeurokModel(cfg)
-        model.load_state_dict(payload["state"])
+        missing, unexpected = model.load_state_dict(payload["state"], strict=False)
+        # a checkpoint saved before the learned skinning weights existed: their field starts
+        # at zero (the eigenfunctions), which is what that model ran with
+        if unexpected or any(not k.startswith("weight_field.") for k in missing):
+            model.load_state_dict(payload["state"])   # raises with the mismatch
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise FormatError(f"{path}: checkpoint does not match the model ({type(e).__name__}: {' '.join(str(e).split())[:120]})") from None
     model.to(device).eval()
