@@ -107,11 +107,11 @@ def extreme_setup(frames, accel=2000.0):
     return setup_from_scene(mesh, scene)
 
 
-def test_a_thousand_frames_under_extreme_forces_never_give_nan(tiny_model):
-    """100x a normal push for 1,000 frames: every frame is finite (a run that cannot recover
+def test_three_hundred_frames_under_extreme_forces_never_give_nan(tiny_model):
+    """100x a normal push for 300 frames (the evaluation suite runs 1,000): every frame is finite (a run that cannot recover
     stops at its last good frame with SimulationFault, never with NaN). The plausibility guard is
     off here: this is about numerical robustness, not about what the guard would show a user."""
-    setup = extreme_setup(1_000)
+    setup = extreme_setup(300)
     setup.material = dict(setup.material, stiffness=1e6)  # 100x force on stiff rubber: large but finite strain
     run = open_engine("neurok", tiny_model).prepare(setup)
     run.check_plausibility = False
@@ -121,7 +121,7 @@ def test_a_thousand_frames_under_extreme_forces_never_give_nan(tiny_model):
         frames = fault.positions
         assert fault.frame >= 1
     assert np.all(np.isfinite(frames))
-    assert len(frames) == 1_000
+    assert len(frames) == 300
 
 
 def test_reference_survives_extreme_forces_and_stiffness():
