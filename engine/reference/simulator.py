@@ -8,9 +8,11 @@ mesh works. Thin sheets are cloth on the mesh itself (cloth.py).
 Time stepping is backward Euler written as minimisation of the incremental potential
     E(y) = 1/(2h^2) |y - y_n - h v_n|_M^2 + V(y) + 1/(2h) |y - y_n|_D^2,
 solved by Newton with a backtracking line search; D = alpha M + beta K is Rayleigh damping.
-V holds elasticity, gravity, painted accelerations, pins (pins.py) and a floor (penalty with
-tangential friction), acting on mesh vertices and pulled back to the degrees of freedom through
-the interpolation matrix W (identity for cloth).
+V holds elasticity, gravity, painted accelerations, pins (pins.py), a floor and collision objects
+(penalty with tangential friction; interactions.py), acting on mesh vertices and pulled back to the
+degrees of freedom through the interpolation matrix W (identity for cloth). Force fields
+(`setup.effectors`) are evaluated on the deformed surface at the start of every substep
+(interactions.py).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from ..core.geometry import lumped_vertex_areas
 from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2
 from ..core.scene import Setup
 from .cloth import ClothModel
+from .interactions import collider_terms, external_accel
 from .lattice import DEFAULT_LATTICE_CELLS, Lattice
 from .pins import Pins, pinned_box
 from .solid import StableNeoHookean
@@ -43,7 +46,9 @@ class ReferenceSimulator:
         rest = np.asarray(setup.rest, dtype=np.float64)
         n = len(rest)
         self.diagonal = float(np.linalg.norm(rest.max(axis=0) - rest.min(axis=0))) or 1.0
-        self.direct_solve = mat["kind"] == "cloth"  # stiff springs: CG converges slowly
+        self.cloth = mat["kind"] == "cloth"
+        self.direct_solve = self.cloth  # stiff springs: CG converges slowly
+        self.colliders = list(getattr(setup, "colliders", None) or [])
         self.lattice = None
         if mat["kind"] == "cloth":
             self.W = sp.identity(n, format="csr")
@@ -104,8 +109,11 @@ class ReferenceSimulator:
     # ----- energies on DOFs y [n,3]; each returns (energy, gradient [3n], Hessian or None)
 
     def _external_forces(self, frame):
+        """Generalised force of gravity, painted accelerations and force fields (the fields at the
+        current state: positions, velocities and normals of the vertices)."""
         s = self.setup
-        f_vertices = self.vertex_mass[:, None] * np.asarray(s.external_accel(frame))
+        accel = external_accel(s, frame, self.vertices(), np.asarray(self.W @ self.v), self.cloth)
+        f_vertices = self.vertex_mass[:, None] * accel
         f = self.W.T @ f_vertices + self.dof_mass[:, None] * np.asarray(s.gravity)[None, :]
         return np.asarray(f).ravel()
 
@@ -131,7 +139,9 @@ class ReferenceSimulator:
             H = sp.diags(diag)
         return energy, g.ravel(), H
 
-    def _step(self, frame):
+    def _step(self, frame, end=1.0):
+        """One substep from state (y, v); it ends at fractional frame `frame + end` (where a moving
+        collider is felt)."""
         h = self.h
         y_n, v_n = self.y, self.v
         x_prev = np.asarray(self.W @ y_n)
@@ -142,6 +152,8 @@ class ReferenceSimulator:
         D = mat["air_damping"] * sp.diags(self.M3) + mat["damping"] * K_n
         y_pred = (y_n + h * v_n).ravel()
         Mh = self.M3 / h ** 2
+        t_end = frame + end
+        t_start = t_end - 1.0 / self.substeps
 
         def total(yf, need_hess=True):
             y = yf.reshape(-1, 3)
@@ -156,6 +168,16 @@ class ReferenceSimulator:
             # vertex held by it folds the cell between them (inverted elements)
             e_nodes, g_nodes, H_nodes = (self._floor_terms(y, y_n, need_hess, self.dof_mass)
                                          if self.lattice is not None else (0.0, 0.0, None))
+            if self.colliders:
+                e_col, g_col, H_col = collider_terms(self.colliders, x, x_prev, self.vertex_mass, h, t_end, t_start,
+                                                     need_hess)
+                e_floor, g_floor = e_floor + e_col, g_floor + g_col
+                H_floor = H_col if H_floor is None else (H_floor if H_col is None else H_floor + H_col)
+                if self.lattice is not None:     # the lattice body may not pass a collider either
+                    e_cn, g_cn, H_cn = collider_terms(self.colliders, y, y_n, self.dof_mass, h, t_end, t_start,
+                                                      need_hess)
+                    e_nodes, g_nodes = e_nodes + e_cn, g_nodes + g_cn
+                    H_nodes = H_cn if H_nodes is None else (H_nodes if H_cn is None else H_nodes + H_cn)
             energy = 0.5 * float(np.dot(Mh * dy, dy)) + e_el - float(np.dot(f_ext, yf)) + e_pin + e_floor \
                 + e_nodes + 0.5 / h * float(np.dot(dv, Ddv))
             grad = Mh * dy + g_el - f_ext + g_pin + self.W3.T @ g_floor + g_nodes + Ddv / h
@@ -202,8 +224,8 @@ class ReferenceSimulator:
         return np.asarray(self.W @ self.y)
 
     def step_frame(self):
-        for _ in range(self.substeps):
-            self._step(self.frame)
+        for k in range(self.substeps):
+            self._step(self.frame, (k + 1) / self.substeps)
         self.frame += 1
         x = self.vertices()
         if not np.all(np.isfinite(x)):

@@ -1,0 +1,161 @@
+"""The reference simulator's interactions with the world around its body: collision objects and
+force fields (Blender's Collision physics and effectors; `engine.core.colliders`,
+`engine.core.fields`, issue 13). The learned engine's counterpart is
+`engine/learned/interactions.py`; both apply the same laws with the same constants.
+
+Colliders -- `collider_terms(...)`, one more term of the incremental potential, modelled on the
+floor (`ReferenceSimulator._floor_terms`): every point (mesh vertex) closer to a collider's
+surface than its Thickness Outer (or inside a closed collider, or less than Thickness Inner
+behind an open one) is pushed out by the penalty
+
+    E_n = 1/2 k sum_i m_i (thickness - d_i)^2,   k = FLOOR_OMEGA2 (the floor's 160 Hz spring),
+
+d_i the signed distance to the collider where it is at the END of the substep (a fractional
+frame: a moving collider is interpolated linearly between its stored frames). Friction resists
+each contact's tangential slide relative to the collider's own motion over the substep,
+
+    E_t = 1/2 sum_i (m_i mu / h^2) |T_i (x_i - x_i^n - u_i)|^2,   T_i = I - n_i n_i^T,
+
+with mu the collider's Friction read as the floor's FLOOR_FRICTION is (the share of the slide
+resisted per substep) and u_i the displacement of the collider's closest point over the substep.
+Gradient and Gauss-Newton Hessian (k m n n^T + kf m T per contact) are per point; the simulator
+pulls them back to its degrees of freedom through W. The geometry (closest point, normal,
+inside test) is recomputed at every trial state of the Newton iteration. As with the floor, a
+solid's lattice nodes feel the colliders too (with their own masses): the lattice cells are the
+simulated body, and a node left to sink into a collider under a vertex held out of it folds the
+cell between them (measured: a rubber ball on a box sagged to half its height that way).
+The collider's Damping is not used (backward Euler already removes the approach speed).
+
+Force fields -- `external_accel(setup, frame, x, v, cloth)`: the painted accelerations
+(`setup.accel_table` less its rest-surface field part `setup.field_accel_rest`) plus
+`setup.effectors` evaluated at the vertices' current positions, velocities and area-weighted
+normals (on the surface, as Blender's cloth, for cloth; as points for solids, as the add-on's
+table does). The simulator calls it at the start of every substep: explicit, exact at the
+vertices (no sampling), so a very strong Drag (strength x substep > 2) can overshoot.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..core.colliders import Collider, closest_points, face_normals
+from ..core.fields import total_accel, vertex_normals
+from ..core.geometry import winding_numbers
+from ..core.physics import FLOOR_OMEGA2
+
+
+# --------------------------------------------------------------------------- colliders
+
+def _barycentric(p, a, b, c):
+    """Barycentric coordinates [P,3] of points p on triangles (a, b, c) (each [P,3])."""
+    v0, v1, v2 = b - a, c - a, p - a
+    d00 = np.einsum("pi,pi->p", v0, v0)
+    d01 = np.einsum("pi,pi->p", v0, v1)
+    d11 = np.einsum("pi,pi->p", v1, v1)
+    d20 = np.einsum("pi,pi->p", v2, v0)
+    d21 = np.einsum("pi,pi->p", v2, v1)
+    den = d00 * d11 - d01 * d01
+    den = np.where(np.abs(den) > 1e-300, den, 1.0)
+    v = (d11 * d20 - d01 * d21) / den
+    w = (d00 * d21 - d01 * d20) / den
+    return np.stack([1.0 - v - w, v, w], axis=1)
+
+
+def contacts(c: Collider, x: np.ndarray, frame: float, frame_prev: float | None = None):
+    """Contacts of points x [P,3] with collider c at (fractional) `frame`:
+    (indices [A], signed distance [A], outward normal [A,3], displacement of the collider's closest
+    point from `frame_prev` to `frame` [A,3]) for the active points, or None when none is."""
+    shell = c.thickness_outer
+    verts = c.at(frame)
+    reach = shell if c.closed else max(shell, c.thickness_inner)
+    lo, hi = verts.min(axis=0) - reach, verts.max(axis=0) + reach
+    near = np.nonzero(np.all((x >= lo) & (x <= hi), axis=1))[0]
+    if len(near) == 0:
+        return None
+    p = x[near]
+    closest, dist, face = closest_points(p, verts, c.faces)
+    fn = face_normals(verts, c.faces)[face]
+    diff = p - closest
+    if c.closed:
+        inside = winding_numbers(p, verts, c.faces) > 0.5
+    else:
+        inside = np.einsum("pi,pi->p", diff, fn) < 0.0
+    sign = np.where(inside, -1.0, 1.0)
+    sd = sign * dist
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n = np.where(dist[:, None] > 1e-12, diff / np.maximum(dist, 1e-300)[:, None] * sign[:, None], fn)
+    active = sd < shell
+    if not c.closed:
+        active &= sd > -c.thickness_inner
+    if not active.any():
+        return None
+    keep = np.nonzero(active)[0]
+    if c.frames > 1 and frame_prev is not None:
+        tri = c.faces[face[keep]]
+        bary = _barycentric(closest[keep], verts[tri[:, 0]], verts[tri[:, 1]], verts[tri[:, 2]])
+        moved = verts - c.at(frame_prev)
+        disp = np.einsum("pj,pji->pi", bary, moved[tri])
+    else:
+        disp = np.zeros((len(keep), 3))
+    return near[keep], sd[keep], n[keep], disp
+
+
+def collider_terms(colliders, x, x_prev, mass, h, frame, frame_prev, need_hess=True):
+    """(energy, gradient [3P], Hessian (sparse 3P x 3P) or None) of the collider penalty and
+    friction on points x [P,3] (positions at the substep's start: x_prev), summed over
+    `colliders` at the substep's end `frame` (fractional; it started at `frame_prev`)."""
+    P = len(x)
+    energy, g = 0.0, np.zeros((P, 3))
+    rows, blocks = [], []
+    for c in colliders:
+        geo = contacts(c, x, frame, frame_prev=frame_prev)
+        if geo is None:
+            continue
+        idx, sd, n, disp = geo
+        m = mass[idx]
+        k = m * FLOOR_OMEGA2
+        depth = c.thickness_outer - sd
+        energy += 0.5 * float(np.sum(k * depth ** 2))
+        np.add.at(g, idx, -(k * depth)[:, None] * n)
+        nn = np.einsum("pi,pj->pij", n, n)
+        block = k[:, None, None] * nn
+        if c.friction > 0.0:
+            kf = m * c.friction / h ** 2
+            slide = x[idx] - x_prev[idx] - disp
+            st = slide - np.einsum("pi,pi->p", slide, n)[:, None] * n
+            energy += 0.5 * float(np.sum(kf * np.sum(st * st, axis=1)))
+            np.add.at(g, idx, kf[:, None] * st)
+            block = block + kf[:, None, None] * (np.eye(3)[None] - nn)
+        rows.append(idx)
+        blocks.append(block)
+    H = None
+    if need_hess and rows:
+        idx = np.concatenate(rows)
+        B = np.concatenate(blocks)
+        r = (3 * idx[:, None, None] + np.arange(3)[None, :, None]) + np.zeros((1, 1, 3), dtype=np.int64)
+        cidx = (3 * idx[:, None, None] + np.arange(3)[None, None, :]) + np.zeros((1, 3, 1), dtype=np.int64)
+        H = sp.coo_matrix((B.ravel(), (r.ravel(), cidx.ravel())), shape=(3 * P, 3 * P)).tocsr()
+    return energy, g.ravel(), H
+
+
+# --------------------------------------------------------------------------- force fields
+
+def has_fields(setup) -> bool:
+    return bool(getattr(setup, "effectors", None))
+
+
+def external_accel(setup, frame: int, x, v, cloth: bool) -> np.ndarray:
+    """Acceleration per vertex [N,3] (m/s^2) applied over the step from `frame`: the painted part
+    of the setup's table and the force fields evaluated at the vertices' current positions x,
+    velocities v and normals (see the module docstring). Without `setup.effectors` this is
+    `setup.external_accel(frame)` unchanged."""
+    a = np.asarray(setup.external_accel(frame), dtype=np.float64)
+    effectors = getattr(setup, "effectors", None)
+    if not effectors:
+        return a
+    rest_part = getattr(setup, "field_accel_rest", None)
+    if setup.accel_table is not None and rest_part is not None:
+        rest_part = np.asarray(rest_part)
+        a = a - rest_part[min(int(frame), len(rest_part) - 1)]
+    normals = vertex_normals(x, setup.faces)
+    return a + total_accel(effectors, frame, x, v, normals, surface=cloth)
