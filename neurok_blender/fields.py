@@ -4,8 +4,8 @@ Blender has no Python call that samples the combined effector field at a point, 
 an object's `FieldSettings` into plain parameters, and `effector()` combines them with the field
 object's world matrix and strength sampled every frame and with the simulated object's Field Weights
 (type weight × All × Field Influence) into an `engine.core.fields.Effector`. Engines evaluate effectors
-per step on the deformed surface (positions, normals, velocities); today's engines read a per-frame
-table evaluated on the rest surface (normals included: wind on cloth pushes along the face normal).
+per step on the deformed surface (positions, normals, velocities): both engines replace the per-frame
+table evaluated on the rest surface (`setup.field_accel_rest`) by it; the table stays for the scene export.
 
 Supported: Force, Wind, Vortex, Turbulence, Drag, Harmonic, Charge; shapes Point and Plane (others as
 Point); falloff Sphere, Tube and Cone with Min/Max distance, Z Direction, Noise, Flow, Seed, Size,
@@ -20,8 +20,7 @@ SUPPORTED_TYPES = efields.SUPPORTED_TYPES
 NOT_SUPPORTED_NOTE = ("Fields act like Blender's: Force, Wind, Vortex, Turbulence, Drag, Harmonic and Charge, with "
                       "Sphere/Tube/Cone falloff, Effector Collection and Field Weights. Not supported: Magnetic, "
                       "Lennard-Jones, Texture, Curve Guide, Boid and Fluid Flow fields, Absorption, Gravitation "
-                      "falloff and 2D. The learned engine evaluates fields on the deformed surface every step; "
-                      "the Reference engine on the rest surface each frame.")
+                      "falloff and 2D. Both engines evaluate fields on the deformed surface every step.")
 
 _TYPE_NAMES = {"WIND": "Wind", "FORCE": "Force", "VORTEX": "Vortex", "TURBULENCE": "Turbulence", "DRAG": "Drag",
                "HARMONIC": "Harmonic", "CHARGE": "Charge", "LENNARDJ": "Lennard-Jones", "MAGNET": "Magnetic",

@@ -277,7 +277,7 @@ class VIEW3D_PT_neurok_collisions(NeurokSubPanel, bpy.types.Panel):
             c = ob.collision
             layout.label(text=f"{ob.name}: thickness {c.thickness_outer:g} m", icon='MOD_PHYSICS')
         wrapped(layout.box(), "Collision objects are handed to the engines (scene key 'colliders'); the learned "
-                              "engine feels them at its contact samples, the Reference engine not yet "
+                              "engine feels them at its contact samples, the Reference engine at every vertex "
                               "(see docs/ADDON.md).", icon='INFO')
 
 

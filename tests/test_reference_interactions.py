@@ -183,4 +183,4 @@ def test_both_engines_rest_the_ball_on_the_box(dropped):
     assert learned[:, :, 2].min() > top - THICKNESS                   # neither passes into the box
     assert np.all(np.abs(low_ref - rest_at) < 0.03 * diag), low_ref
     assert np.all(np.abs(low_learned - rest_at) < 0.03 * diag), low_learned
-    assert abs(low_ref.mean() - low_learned.mean()) < 0.03 * diag
+    assert abs(low_ref.mean() - low_learned.mean()) < 0.01 * diag                   # measured: 0.3 mm apart
