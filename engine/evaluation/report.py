@@ -99,6 +99,14 @@ def findings(scenes, beam, stress, result) -> list[str]:
         elif e_m is not None and e_o and e_m > 2 * e_o:
             parts.append(f"its distance to the reference is {e_m / e_o:.1f}x the oracle's ({e_m:.3f} vs {e_o:.3f}): "
                          "the learned dynamics, not the subspace size, lose it")
+        elif e_m is not None and e_h and e_m > 0.3 * e_h:      # issue 12: <= 0.3x hold-still over the whole rollout
+            who = ("the oracle is as far, " if e_o is not None and e_o > 0.8 * e_m else "oracle ") + f"{_ratio(e_o and e_o / e_h)}x"
+            parts.append(f"its path departs from the reference's: rel_l2 {e_m:.3f} = {e_m / e_h:.2f}x hold-still "
+                         f"(target 0.3x; {who}; see its contact sheet)")
+        fm, fr = m.get("flipped_max"), ref.get("flipped_max")
+        if r["kind"] == "cloth" and fm is not None and fr is not None and fr > 0.2 and fm < 0.5 * fr:
+            parts.append(f"it does not fold like the reference (folded-over triangles {_pct(fm, 0)} vs {_pct(fr, 0)}): "
+                         "the sheet curls as one smooth surface")
         if parts:
             out.append(f"**{r['name']}** ({r['title']}): " + "; ".join(parts) + ".")
     if beam and beam.get("relative_errors", {}).get("neurok"):
