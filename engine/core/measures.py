@@ -38,15 +38,26 @@ class MeshMeasures:
     """Precomputed rest quantities of one mesh; `frame(x)` measures a deformed frame."""
     rest: np.ndarray
     faces: np.ndarray
+    max_elements: int | None = None   # strain and flips on at most this many edges / triangles (a fixed sample)
 
     def __post_init__(self):
         self.rest = np.asarray(self.rest, np.float64)
         self.faces = np.asarray(self.faces, np.int64)
+        self.all_faces = self.faces                    # the volume always uses every triangle
         self.edges = unique_edges(self.faces) if len(self.faces) else np.zeros((0, 2), np.int64)
+        if self.max_elements is not None:
+            rng = np.random.default_rng(0)
+            if len(self.edges) > self.max_elements:
+                self.edges = self.edges[np.sort(rng.choice(len(self.edges), self.max_elements, replace=False))]
+            if len(self.faces) > self.max_elements:
+                self.faces = self.faces[np.sort(rng.choice(len(self.faces), self.max_elements, replace=False))]
+        n = len(self.rest)
+        self.points = np.arange(n) if self.max_elements is None or n <= self.max_elements else \
+            np.sort(np.random.default_rng(1).choice(n, self.max_elements, replace=False))   # rotation, growth
         self.rest_lengths = np.linalg.norm(self.rest[self.edges[:, 1]] - self.rest[self.edges[:, 0]], axis=1)
         self.edge_ok = self.rest_lengths > 1e-12 * max(self.diagonal, 1e-30)
-        self.closed = bool(len(self.faces)) and is_closed(self.faces)
-        self.rest_volume = mesh_volume(self.rest, self.faces) if self.closed else 0.0
+        self.closed = bool(len(self.all_faces)) and is_closed(self.all_faces)
+        self.rest_volume = mesh_volume(self.rest, self.all_faces) if self.closed else 0.0
         self.rest_normals = self._normals(self.rest)
 
     @property
@@ -59,10 +70,15 @@ class MeshMeasures:
             return np.zeros((0, 3))
         return np.cross(x[f[:, 1]] - x[f[:, 0]], x[f[:, 2]] - x[f[:, 0]])
 
+    def rotation(self, x, sampled=False) -> np.ndarray:
+        """The frame's best-fit rotation (from the sample of points when the mesh is large)."""
+        x = np.asarray(x, np.float64)
+        return best_rotation(self.rest[self.points], x if sampled else x[self.points])
+
     def volume_ratio(self, x) -> float | None:
         if not self.closed or abs(self.rest_volume) < 1e-30:
             return None
-        return mesh_volume(np.asarray(x, np.float64), self.faces) / self.rest_volume
+        return mesh_volume(np.asarray(x, np.float64), self.all_faces) / self.rest_volume
 
     def edge_strain(self, x) -> np.ndarray:
         x = np.asarray(x, np.float64)
@@ -75,7 +91,7 @@ class MeshMeasures:
         if not len(self.faces):
             return 0.0
         x = np.asarray(x, np.float64)
-        R = best_rotation(self.rest, x) if R is None else R
+        R = self.rotation(x) if R is None else R
         n = self._normals(x)
         n0 = self.rest_normals @ R.T
         ok = np.linalg.norm(n0, axis=1) > 0
@@ -83,8 +99,8 @@ class MeshMeasures:
 
     def growth(self, x, R=None) -> float:
         """Bounding-box diagonal of the frame in the body's own (best-fit rotated) frame, over rest."""
-        x = np.asarray(x, np.float64)
-        R = best_rotation(self.rest, x) if R is None else R
+        x = np.asarray(x, np.float64)[self.points]
+        R = self.rotation(x, sampled=True) if R is None else R
         local = (x - x.mean(axis=0)) @ R
         return float(np.linalg.norm(np.ptp(local, axis=0))) / self.diagonal
 
@@ -92,7 +108,7 @@ class MeshMeasures:
         """All measures of one frame as plain numbers (volume_ratio None for open surfaces)."""
         x = np.asarray(x, np.float64)
         strain = self.edge_strain(x)
-        R = best_rotation(self.rest, x)   # one fit serves both rotation-free measures
+        R = self.rotation(x)   # one fit serves both rotation-free measures
         return {"volume_ratio": self.volume_ratio(x),
                 "edge_strain_mean": float(strain.mean()) if len(strain) else 0.0,
                 "edge_strain_max": float(strain.max()) if len(strain) else 0.0,
