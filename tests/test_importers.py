@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 
 from engine.core.formats import FormatError, Mesh, read_sequence, write_obj, write_pc2, write_sequence
@@ -231,8 +232,12 @@ def test_tiny_blender_cloth_bake_trains(tmp_path):
         assert seq.meta["blender"]["settings"]["quality"] == 5
         again = read_sequence(runs[1] / e["file"])
         np.testing.assert_array_equal(seq.positions, again.positions)     # deterministic per seed
+    from engine.learned.model import NeurokModel
     from engine.training.train import load_items
-    train_items = load_items(runs[0], ("train",))
-    val_items = load_items(runs[0], ("validation",))
+    model = NeurokModel()
+    train_items = load_items(model, runs[0], ("train",))
+    val_items = load_items(model, runs[0], ("validation",))
     assert len(train_items) == 1 and len(val_items) == 1
-    assert train_items[0].xs.shape == (6, 25, 3) and train_items[0].setup.material["kind"] == "cloth"
+    item = train_items[0]
+    assert item.positions.shape == (6, 25, 3) and item.setup.material["kind"] == "cloth"
+    assert item.qs.shape == (6, item.scene.dims) and bool(torch.isfinite(item.qs).all())

@@ -79,7 +79,7 @@ def load_items(model, data_dir, splits=("train",), limit=None, skip=()) -> list[
         with torch.no_grad():
             scene = LatentScene(model, setup)
         items.append(TrainItem(setup, scene, encode_frames(scene, seq.positions), e, seq.positions))
-    return [i for i in items if len(i.qs) > ROLLOUT_FRAMES[1] + 2]
+    return [i for i in items if len(i.qs) >= ROLLOUT_FRAMES[0] + 2]   # short sequences get shorter rollouts
 
 
 def encode_frames(scene: LatentScene, positions) -> torch.Tensor:
@@ -126,6 +126,7 @@ def rollout_loss(item: TrainItem, frames: int, rng=None, t0=None, noise=START_NO
     setup, scene, qs = item.setup, item.scene, item.qs
     substeps = max(1, int(math.ceil(setup.dt / SUBSTEP - 1e-9)))
     h = setup.dt / substeps
+    frames = min(frames, len(qs) - 2)
     t0 = int(rng.integers(1, len(qs) - frames)) if t0 is None else t0
     q = qs[t0] + (torch.as_tensor(rng.normal(0.0, noise, size=qs.shape[1]), dtype=DTYPE) if noise else 0.0)
     qd = (qs[t0] - qs[t0 - 1]) / setup.dt
