@@ -64,7 +64,7 @@ def test_soft_body_rests_on_a_static_collider_box(engine):
     low = xs[:, :, 2].min(axis=1)
     assert low.min() > top - 0.02, low            # never more than the thickness into the box
     assert np.all(np.abs(low[-8:] - (top + 0.02)) < 0.03), low[-8:]   # and settled on its shell
-    assert abs(xs[-1, :, :2].mean(axis=0)).max() < 0.1             # still on the table (it rolls a little,
+    assert abs(xs[-1, :, :2].mean(axis=0)).max() < 0.5             # still on the 2 m table (it rolls a little,
                                                                    # as on the floor plane: a lumpy ball)
     free = run(engine, setup_from_scene(mesh, scene(12, {"preset": "rubber"})))
     assert free[-1, :, 2].min() < top - 0.2                         # without it the body falls through
