@@ -84,11 +84,14 @@ def run_ablations(cfg, model_path, data_dir, train_data, out, quiet=False):
 
     # integrators on the default model
     default_row = measure("integrator: backward_euler (default model)", group="integrator")
-    try:
-        measure("integrator: implicit_midpoint (default model)", engine=NeurokEngine(model_path, integrator="implicit_midpoint"),
-                group="integrator")
-    except (TypeError, ValueError, KeyError) as exc:     # the learned engine offers other integrators
-        not_run("integrator: implicit_midpoint", "integrator", f"{type(exc).__name__}: {str(exc)[:120]}")
+    if not cfg.get("ablation_midpoint", True):
+        not_run("integrator: implicit_midpoint", "integrator", "switched off for this run (ablation_midpoint=False)")
+    else:
+        try:
+            measure("integrator: implicit_midpoint (default model)",
+                    engine=NeurokEngine(model_path, integrator="implicit_midpoint"), group="integrator")
+        except (TypeError, ValueError, KeyError) as exc:     # the learned engine offers other integrators
+            not_run("integrator: implicit_midpoint", "integrator", f"{type(exc).__name__}: {str(exc)[:120]}")
 
     # densities
     learned_note = "" if _trained(meta) else " (this checkpoint is untrained: its density IS the classical one)"
