@@ -1,0 +1,44 @@
+"""Count plausibility-guard false alarms on ground truth: run the guard (engine/core/guard.py) over
+every frame of reference-simulator sequences (an evaluation set, a training set) and list any frame
+it would have stopped. The reference is the ground truth, so every stop is a false alarm.
+
+    python tools/guard_false_alarms.py eval_out/small data/train_set
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.core.errors import NeurokError  # noqa: E402
+from engine.core.formats import read_sequence  # noqa: E402
+from engine.core.guard import Guard  # noqa: E402
+from engine.core.scene import setup_from_sequence  # noqa: E402
+
+
+def main(folders) -> int:
+    sequences = frames = alarms = 0
+    for folder in folders:
+        for path in sorted(Path(folder).rglob("*.npz")):
+            try:
+                seq = read_sequence(path)
+            except NeurokError:
+                continue
+            if seq.meta.get("engine") not in (None, "reference") and "reference" not in str(seq.meta.get("source", "reference")):
+                continue
+            guard = Guard(setup_from_sequence(seq))
+            sequences += 1
+            for t in range(1, seq.frames):
+                frames += 1
+                violation = guard.check(t, seq.positions[t])
+                if violation is not None:
+                    alarms += 1
+                    print(f"{path}: frame {t}: {violation}")
+                    break
+    print(f"{alarms} false alarms in {sequences} reference sequences ({frames} frames checked)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:] or ["eval_out"]))
