@@ -151,6 +151,11 @@ def signed_distance(points, verts, faces, closed: bool | None = None):
     faces = np.asarray(faces, dtype=np.int64).reshape(-1, 3)
     if closed is None:
         closed = is_closed_surface(faces)
+    return _signed(points, verts, faces, closed)[:3]
+
+
+def _signed(points, verts, faces, closed: bool):
+    """signed_distance's (distance, direction, closest) and the index of the closest face [P]."""
     closest, dist, face = closest_points(points, verts, faces)
     fn = face_normals(verts, faces)[face]
     diff = points - closest
@@ -161,12 +166,55 @@ def signed_distance(points, verts, faces, closed: bool | None = None):
     sign = np.where(inside, -1.0, 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         direction = np.where(dist[:, None] > 1e-12, diff / np.maximum(dist, 1e-300)[:, None] * sign[:, None], fn)
-    return sign * dist, direction, closest
+    return sign * dist, direction, closest, face
+
+
+def shell_contacts(points, collider: Collider, frame: float):
+    """The points inside the collider's thickness shell at (fractional) `frame`, for the engines'
+    penalty terms: (indices [A], signed distance [A], outward direction [A,3], closest point [A,3],
+    its triangle's vertex indices [A,3]), or None when no point is. Points outside the collider's
+    bounding box (grown by the shell) are skipped before any distance is computed."""
+    verts = collider.at(frame)
+    reach = collider.thickness_outer if collider.closed else max(collider.thickness_outer, collider.thickness_inner)
+    lo, hi = verts.min(axis=0) - reach, verts.max(axis=0) + reach
+    near = np.nonzero(np.all((points >= lo) & (points <= hi), axis=1))[0]
+    if len(near) == 0:
+        return None
+    sd, direction, closest, face = _signed(points[near], verts, collider.faces, collider.closed)
+    active = sd < collider.thickness_outer
+    if not collider.closed:
+        active &= sd > -collider.thickness_inner
+    if not active.any():
+        return None
+    keep = np.nonzero(active)[0]
+    return near[keep], sd[keep], direction[keep], closest[keep], collider.faces[face[keep]]
+
+
+def barycentric(p, a, b, c):
+    """Barycentric coordinates [P,3] of points p on triangles (a, b, c) (each [P,3])."""
+    v0, v1, v2 = b - a, c - a, p - a
+    d00 = np.einsum("pi,pi->p", v0, v0)
+    d01 = np.einsum("pi,pi->p", v0, v1)
+    d11 = np.einsum("pi,pi->p", v1, v1)
+    d20 = np.einsum("pi,pi->p", v2, v0)
+    d21 = np.einsum("pi,pi->p", v2, v1)
+    den = d00 * d11 - d01 * d01
+    den = np.where(np.abs(den) > 1e-300, den, 1.0)
+    v = (d11 * d20 - d01 * d21) / den
+    w = (d00 * d21 - d01 * d20) / den
+    return np.stack([1.0 - v - w, v, w], axis=1)
+
+
+def point_motion(closest, tri, verts, vertex_motion):
+    """Motion [A,3] of the collider's closest points on triangles `tri` of `verts`, interpolated
+    from per-vertex motion [V,3] (a displacement or a velocity)."""
+    bary = barycentric(closest, verts[tri[:, 0]], verts[tri[:, 1]], verts[tri[:, 2]])
+    return np.einsum("pj,pji->pi", bary, vertex_motion[tri])
 
 
 def _contacts(points, collider: Collider, frame: float):
     verts = collider.at(frame)
-    sd, direction, closest = signed_distance(points, verts, collider.faces, collider.closed)
+    sd, direction, closest, _ = _signed(points, verts, collider.faces, collider.closed)
     if collider.closed:
         active = sd < collider.thickness_outer
     else:  # an open sheet: behind it by more than thickness_inner means the point is on the far side

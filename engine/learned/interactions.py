@@ -37,9 +37,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..core.colliders import Collider, closest_points, face_normals
+from ..core.colliders import Collider, point_motion, shell_contacts
 from ..core.fields import total_accel
-from ..core.geometry import winding_numbers
 from ..core.physics import FLOOR_OMEGA2
 from .materials import DTYPE
 
@@ -64,57 +63,20 @@ def _prepare_colliders(scene) -> None:
     scene.collider_k = FLOOR_OMEGA2
 
 
-def _barycentric(p, a, b, c):
-    """Barycentric coordinates [P,3] of points p on triangles (a, b, c) (each [P,3])."""
-    v0, v1, v2 = b - a, c - a, p - a
-    d00 = np.einsum("pi,pi->p", v0, v0)
-    d01 = np.einsum("pi,pi->p", v0, v1)
-    d11 = np.einsum("pi,pi->p", v1, v1)
-    d20 = np.einsum("pi,pi->p", v2, v0)
-    d21 = np.einsum("pi,pi->p", v2, v1)
-    den = d00 * d11 - d01 * d01
-    den = np.where(np.abs(den) > 1e-300, den, 1.0)
-    v = (d11 * d20 - d01 * d21) / den
-    w = (d00 * d21 - d01 * d20) / den
-    return np.stack([1.0 - v - w, v, w], axis=1)
-
-
 def collider_geometry(c: Collider, x: np.ndarray, frame: float, h: float, dt: float):
     """Contacts of points x [P,3] (normalised) with collider c at `frame`:
     (indices [A], signed distance [A], outward normal [A,3], collider displacement over a step of
     h seconds at the closest point [A,3]) for the active points, or None when none is active."""
-    verts = c.at(frame)
-    reach = c.thickness_outer if c.closed else max(c.thickness_outer, c.thickness_inner)
-    lo, hi = verts.min(axis=0) - reach, verts.max(axis=0) + reach
-    near = np.nonzero(np.all((x >= lo) & (x <= hi), axis=1))[0]
-    if len(near) == 0:
+    found = shell_contacts(x, c, frame)
+    if found is None:
         return None
-    p = x[near]
-    closest, dist, face = closest_points(p, verts, c.faces)
-    fn = face_normals(verts, c.faces)[face]
-    diff = p - closest
-    if c.closed:
-        inside = winding_numbers(p, verts, c.faces) > 0.5
-    else:
-        inside = np.einsum("pi,pi->p", diff, fn) < 0.0
-    sign = np.where(inside, -1.0, 1.0)
-    sd = sign * dist
-    with np.errstate(invalid="ignore", divide="ignore"):
-        n = np.where(dist[:, None] > 1e-12, diff / np.maximum(dist, 1e-300)[:, None] * sign[:, None], fn)
-    active = sd < c.thickness_outer
-    if not c.closed:
-        active &= sd > -c.thickness_inner
-    if not active.any():
-        return None
-    keep = np.nonzero(active)[0]
-    tri = c.faces[face[keep]]
+    idx, sd, n, closest, tri = found
     if c.frames > 1:
         vel = c.velocity(frame - 1.0, dt)                     # over the frame that ends at `frame`
-        bary = _barycentric(closest[keep], verts[tri[:, 0]], verts[tri[:, 1]], verts[tri[:, 2]])
-        disp = h * np.einsum("pj,pji->pi", bary, vel[tri])
+        disp = h * point_motion(closest, tri, c.at(frame), vel)
     else:
-        disp = np.zeros((len(keep), 3))
-    return near[keep], sd[keep], n[keep], disp
+        disp = np.zeros((len(idx), 3))
+    return idx, sd, n, disp
 
 
 def collider_contact(q, ctx, need_hess=True):

@@ -38,66 +38,27 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ..core.colliders import Collider, closest_points, face_normals
+from ..core.colliders import Collider, point_motion, shell_contacts
 from ..core.fields import total_accel, vertex_normals
-from ..core.geometry import winding_numbers
 from ..core.physics import FLOOR_OMEGA2
 
 
 # --------------------------------------------------------------------------- colliders
 
-def _barycentric(p, a, b, c):
-    """Barycentric coordinates [P,3] of points p on triangles (a, b, c) (each [P,3])."""
-    v0, v1, v2 = b - a, c - a, p - a
-    d00 = np.einsum("pi,pi->p", v0, v0)
-    d01 = np.einsum("pi,pi->p", v0, v1)
-    d11 = np.einsum("pi,pi->p", v1, v1)
-    d20 = np.einsum("pi,pi->p", v2, v0)
-    d21 = np.einsum("pi,pi->p", v2, v1)
-    den = d00 * d11 - d01 * d01
-    den = np.where(np.abs(den) > 1e-300, den, 1.0)
-    v = (d11 * d20 - d01 * d21) / den
-    w = (d00 * d21 - d01 * d20) / den
-    return np.stack([1.0 - v - w, v, w], axis=1)
-
-
 def contacts(c: Collider, x: np.ndarray, frame: float, frame_prev: float | None = None):
     """Contacts of points x [P,3] with collider c at (fractional) `frame`:
     (indices [A], signed distance [A], outward normal [A,3], displacement of the collider's closest
     point from `frame_prev` to `frame` [A,3]) for the active points, or None when none is."""
-    shell = c.thickness_outer
-    verts = c.at(frame)
-    reach = shell if c.closed else max(shell, c.thickness_inner)
-    lo, hi = verts.min(axis=0) - reach, verts.max(axis=0) + reach
-    near = np.nonzero(np.all((x >= lo) & (x <= hi), axis=1))[0]
-    if len(near) == 0:
+    found = shell_contacts(x, c, frame)
+    if found is None:
         return None
-    p = x[near]
-    closest, dist, face = closest_points(p, verts, c.faces)
-    fn = face_normals(verts, c.faces)[face]
-    diff = p - closest
-    if c.closed:
-        inside = winding_numbers(p, verts, c.faces) > 0.5
-    else:
-        inside = np.einsum("pi,pi->p", diff, fn) < 0.0
-    sign = np.where(inside, -1.0, 1.0)
-    sd = sign * dist
-    with np.errstate(invalid="ignore", divide="ignore"):
-        n = np.where(dist[:, None] > 1e-12, diff / np.maximum(dist, 1e-300)[:, None] * sign[:, None], fn)
-    active = sd < shell
-    if not c.closed:
-        active &= sd > -c.thickness_inner
-    if not active.any():
-        return None
-    keep = np.nonzero(active)[0]
+    idx, sd, n, closest, tri = found
     if c.frames > 1 and frame_prev is not None:
-        tri = c.faces[face[keep]]
-        bary = _barycentric(closest[keep], verts[tri[:, 0]], verts[tri[:, 1]], verts[tri[:, 2]])
-        moved = verts - c.at(frame_prev)
-        disp = np.einsum("pj,pji->pi", bary, moved[tri])
+        verts = c.at(frame)
+        disp = point_motion(closest, tri, verts, verts - c.at(frame_prev))
     else:
-        disp = np.zeros((len(keep), 3))
-    return near[keep], sd[keep], n[keep], disp
+        disp = np.zeros((len(idx), 3))
+    return idx, sd, n, disp
 
 
 def collider_terms(colliders, x, x_prev, mass, h, frame, frame_prev, need_hess=True):
