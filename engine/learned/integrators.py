@@ -19,7 +19,6 @@ from .terms import StepContext, total, total_energy
 
 INTEGRATORS = ("backward_euler", "implicit_midpoint")
 NEWTON_ITERATIONS = 20
-FULL_NEWTON = False
 MIDPOINT_TOLERANCE = 1e-8
 TOLERANCE = 1e-5          # stop when a Newton step moves the body less than this (RMS, in bounding-box diagonals)
 
@@ -77,7 +76,7 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
         q, energy = trial, e_trial
         if alpha * float(torch.linalg.norm(step)) < tolerance:
             return q, True
-        fresh = alpha < 1.0 or FULL_NEWTON
+        fresh = alpha < 1.0
         t = total(q, ctx, need_hess=fresh)
         if fresh:
             H = t.hess
