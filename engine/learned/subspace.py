@@ -22,6 +22,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
+import torch
 
 from ..core.geometry import Normalisation, farthest_point_sample, is_closed, lumped_vertex_areas, triangle_areas
 
@@ -188,15 +189,17 @@ class Subspace:
         return vm / vm.sum()
 
 
-def handle_jacobian(points, centre, weights) -> np.ndarray:
-    """[P,3,12H]: displacement of each point per handle coordinate (A_h row-major, then b_h)."""
+def handle_jacobian(points, centre, weights):
+    """[P,3,12H]: displacement of each point per handle coordinate (A_h row-major, then b_h).
+    numpy in, numpy out; torch in (training differentiates through the weights), torch out."""
+    lib = torch if torch.is_tensor(weights) else np
     P, H = weights.shape
     xc = points - centre
-    J = np.zeros((P, 3, H, 12))
-    for i in range(3):
-        J[:, i, :, 3 * i:3 * i + 3] = weights[:, :, None] * xc[:, None, :]
-        J[:, i, :, 9 + i] = weights
-    return J.reshape(P, 3, 12 * H)
+    eye = lib.eye(3, dtype=weights.dtype)
+    JA = lib.einsum("ij,nh,nk->nihjk", eye, weights, xc).reshape(P, 3, H, 9)
+    Jb = lib.einsum("ij,nh->nihj", eye, weights)
+    joined = torch.cat([JA, Jb], -1) if lib is torch else np.concatenate([JA, Jb], -1)
+    return joined.reshape(P, 3, 12 * H)
 
 
 def mass_orthonormal(J, mass, drop=1e-9) -> np.ndarray:

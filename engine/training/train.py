@@ -40,6 +40,7 @@ from ..learned.latent_scene import LatentScene
 from ..learned.materials import DTYPE
 from ..learned.model import ModelConfig, NeurokModel
 from ..learned.runtime import SUBSTEP, NeurokRun
+from ..learned.subspace import handle_jacobian
 from .generate import load_index
 
 SUBSPACE_SHARE = 0.2
@@ -84,16 +85,6 @@ def load_items(model, data_dir, splits=("train",), limit=None, skip=()) -> list[
 
 def encode_frames(scene: LatentScene, positions) -> torch.Tensor:
     return torch.stack([scene.encode(scene.sub.norm.forward(x)) for x in positions])
-
-
-def handle_jacobian(nodes, centre, weights):
-    """torch twin of `subspace.handle_jacobian`: [n,3,12H] displacement per handle coordinate."""
-    n, H = weights.shape
-    xc = nodes - centre
-    eye = torch.eye(3, dtype=weights.dtype)
-    JA = torch.einsum("ij,nh,nk->nihjk", eye, weights, xc).reshape(n, 3, H, 9)
-    Jb = torch.einsum("ij,nh->nihj", eye, weights)
-    return torch.cat([JA, Jb], dim=-1).reshape(n, 3, 12 * H)
 
 
 def projection_loss(model, item: TrainItem) -> torch.Tensor:
