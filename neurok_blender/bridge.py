@@ -71,7 +71,11 @@ def check_object(obj) -> None:
 
 def mesh_arrays(obj) -> tuple[np.ndarray, np.ndarray]:
     """(vertex positions [N,3] float64 object space, triangles [F,3] int64) of the undeformed mesh."""
-    me = obj.data
+    return mesh_data_arrays(obj.data)
+
+
+def mesh_data_arrays(me) -> tuple[np.ndarray, np.ndarray]:
+    """(vertex positions [N,3] float64, triangles [F,3] int64) of a Mesh datablock (an evaluated one too)."""
     co = np.empty(len(me.vertices) * 3, dtype=np.float32)
     me.vertices.foreach_get("co", co)
     me.calc_loop_triangles()
@@ -298,11 +302,7 @@ def evaluated_input(context, obj, groups=()) -> tuple[np.ndarray, np.ndarray, di
     ev = obj.evaluated_get(dg)
     me = ev.to_mesh()
     try:
-        co = np.empty(len(me.vertices) * 3, dtype=np.float32)
-        me.vertices.foreach_get("co", co)
-        me.calc_loop_triangles()
-        tris = np.empty(len(me.loop_triangles) * 3, dtype=np.int32)
-        me.loop_triangles.foreach_get("vertices", tris)
+        co, tris = mesh_data_arrays(me)
         weights = {}
         names = [g for g in dict.fromkeys(groups) if g]
         if names:
@@ -320,7 +320,7 @@ def evaluated_input(context, obj, groups=()) -> tuple[np.ndarray, np.ndarray, di
                         weights[name][v.index] = g.weight
     finally:
         ev.to_mesh_clear()
-    return co.reshape(-1, 3).astype(np.float64), tris.reshape(-1, 3).astype(np.int64), weights
+    return co, tris, weights
 
 
 def _moving(ob) -> bool:
@@ -486,14 +486,10 @@ def _collider_arrays(context, ob) -> tuple[np.ndarray, np.ndarray]:
     ev = ob.evaluated_get(dg)
     me = ev.to_mesh()
     try:
-        co = np.empty(len(me.vertices) * 3, dtype=np.float32)
-        me.vertices.foreach_get("co", co)
-        me.calc_loop_triangles()
-        tris = np.empty(len(me.loop_triangles) * 3, dtype=np.int32)
-        me.loop_triangles.foreach_get("vertices", tris)
+        co, tris = mesh_data_arrays(me)
     finally:
         ev.to_mesh_clear()
-    return transform(co.reshape(-1, 3).astype(np.float64), matrix_np(ev.matrix_world)), tris.reshape(-1, 3)
+    return transform(co, matrix_np(ev.matrix_world)), tris
 
 
 def gather(context, obj, check_engine: bool = True) -> Inputs:
