@@ -150,6 +150,7 @@ class LatentScene:
         with torch.no_grad():
             K = self.elastic(torch.zeros(self.dims, dtype=DTYPE, device=self.device))[2].cpu().numpy()
         gram = B.T @ (self._mw[:, None] * B)
+        self.vertex_gram = gram                      # B^T M B over the vertices (the OOD score uses it too)
         K = K * (np.trace(gram) / max(np.trace(K), 1e-300))
         self._encode_lhs = gram + 1e-8 * K + 1e-12 * np.eye(self.dims)
 

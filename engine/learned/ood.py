@@ -18,7 +18,7 @@ def force_unexpressed_share(scene) -> float:
     shares = []
     B = scene.sub.vertex_basis.reshape(-1, scene.dims)
     mw = np.repeat(scene.vertex_mass, 3)
-    gram = B.T @ (mw[:, None] * B) + 1e-12 * np.eye(scene.dims)
+    gram = scene.vertex_gram + 1e-12 * np.eye(scene.dims)
     for weights, accel, _ in scene.setup.force_terms:
         field = (weights[:, None] * np.asarray(accel)[None]).ravel()
         total = float(np.dot(mw * field, field))
