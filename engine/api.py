@@ -8,6 +8,8 @@ specialise a model for one mesh, and read the out-of-distribution report.
     xs = run.bake(progress=cb, cancel=event)   # [T, N, 3] float32
     pose = eng.sample_pose(setup, seed=3)      # learned engine only
     pose = eng.solve_ik(setup, handles, targets)
+    together = prepare_together([setup_a, setup_b])    # several objects that collide with each other
+    xs_a, xs_b = together.bake(progress=cb)
 
 `progress(done, total)` is called after each frame; `cancel` is a `threading.Event`; a cancelled
 run raises `Cancelled`. Nothing here touches bpy, so a worker thread may call all of it.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .core.coupling import Together, link
 from .core.errors import Cancelled, FormatError, NeurokError, SimulationFault
 from .core.formats import Mesh, read_mesh, read_sequence, write_pc2, write_sequence
 from .core.run import Engine, Run
@@ -27,8 +30,8 @@ from .training.specialize import specialize
 
 __all__ = ["Cancelled", "Engine", "FormatError", "Mesh", "NeurokEngine", "NeurokError", "NeurokRun",
            "ReferenceEngine", "ReferenceRun", "Run", "Setup", "SimulationFault", "default_model_path",
-           "open_engine", "pick_device", "read_mesh", "read_scene", "read_sequence", "setup_from_scene",
-           "setup_from_sequence", "simulate", "specialize", "write_pc2", "write_sequence"]
+           "open_engine", "pick_device", "prepare_together", "read_mesh", "read_scene", "read_sequence", "setup_from_scene",
+           "setup_from_sequence", "simulate", "simulate_together", "specialize", "Together", "write_pc2", "write_sequence"]
 
 ENGINES = ("neurok", "reference")
 
@@ -53,3 +56,20 @@ def open_engine(engine: str = "neurok", model=None, device: str = "auto") -> Eng
 def simulate(setup: Setup, engine: str = "neurok", model=None, device: str = "auto", progress=None, cancel=None) -> np.ndarray:
     """Run a setup to the end and return all frames [T, N, 3]."""
     return open_engine(engine, model, device).prepare(setup).bake(progress=progress, cancel=cancel)
+
+
+def prepare_together(setups, engine: str = "neurok", model=None, device: str = "auto", names=None,
+                     thickness=None, friction=None) -> Together:
+    """Prepare several objects (setups in one space, same frames and step) that collide with each
+    other: each one's setup gains the others as moving colliders (engine/core/coupling.py).
+    `thickness` / `friction`: the contact shell around each object (one number or one per object)."""
+    kw = {k: v for k, v in (("thickness", thickness), ("friction", friction)) if v is not None}
+    carriers = link(setups, names, **kw)
+    eng = open_engine(engine, model, device)
+    return Together([eng.prepare(s) for s in setups], carriers)
+
+
+def simulate_together(setups, engine: str = "neurok", model=None, device: str = "auto", progress=None,
+                      cancel=None, names=None) -> list[np.ndarray]:
+    """Run several colliding objects to the end: one [T, N_i, 3] array per object."""
+    return prepare_together(setups, engine, model, device, names).bake(progress=progress, cancel=cancel)

@@ -51,15 +51,32 @@ def prepare(scene) -> None:
 
 # --------------------------------------------------------------------------- colliders
 
+class NormalisedCollider:
+    """A collider seen in the model's normalised space. It reads its source at every call, so the
+    frames of a collider still being written (another simulated object, core/coupling.py) are
+    seen as they arrive."""
+
+    def __init__(self, source: Collider, norm):
+        self.source, self.norm = source, norm
+        self.name, self.faces, self.closed = source.name, source.faces, source.closed
+        self.friction, self.damping, self.meta = source.friction, source.damping, source.meta
+        self.thickness_outer = source.thickness_outer / norm.scale
+        self.thickness_inner = source.thickness_inner / norm.scale
+
+    @property
+    def frames(self) -> int:
+        return self.source.frames
+
+    def at(self, frame: float) -> np.ndarray:
+        return self.norm.forward(self.source.at(frame))
+
+    def velocity(self, frame: float, dt: float) -> np.ndarray:
+        return self.source.velocity(frame, dt) / self.norm.scale
+
+
 def _prepare_colliders(scene) -> None:
     norm = scene.sub.norm
-    out = []
-    for c in getattr(scene.setup, "colliders", None) or []:
-        out.append(Collider(name=c.name, faces=c.faces, positions=norm.forward(c.positions),
-                            thickness_outer=c.thickness_outer / norm.scale,
-                            thickness_inner=c.thickness_inner / norm.scale,
-                            friction=c.friction, damping=c.damping, closed=c.closed, meta=c.meta))
-    scene.latent_colliders = out
+    scene.latent_colliders = [NormalisedCollider(c, norm) for c in getattr(scene.setup, "colliders", None) or []]
     scene.collider_k = FLOOR_OMEGA2
 
 

@@ -9,10 +9,11 @@ from .simulator import ReferenceSimulator
 
 
 class ReferenceRun(Run):
-    def __init__(self, setup: Setup):
+    def __init__(self, setup: Setup, **sim_options):
+        """`sim_options` go to `ReferenceSimulator` (lattice_cells, substep, ...)."""
         super().__init__(setup)
         t0 = time.perf_counter()
-        self.sim = ReferenceSimulator(setup)
+        self.sim = ReferenceSimulator(setup, **sim_options)
         self.encode_seconds = time.perf_counter() - t0
         self._before = None   # simulator state before the latest frame (for the guard's retry)
 
