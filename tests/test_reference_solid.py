@@ -12,7 +12,8 @@ from engine.core.formats import Mesh, read_mesh
 from engine.core.scene import setup_from_scene
 from engine.reference.lattice import Lattice
 from engine.reference.simulator import ReferenceSimulator
-from engine.reference.solid import StableNeoHookean, cofactor, projected_pointwise_hessian
+from engine.reference.solid import (BARRIER_J, StableNeoHookean, cofactor, inversion_barrier,
+                                   projected_pointwise_hessian)
 from engine.reference.stress import jelly_scene, recovery, run_measured
 from engine.training.shapes import _box_lattice
 
@@ -33,17 +34,24 @@ def box_pin(axis, lo, hi):
 
 # --------------------------------------------------------------------------- the material itself
 
-def test_pointwise_hessian_is_the_exact_second_derivative_before_projection():
+@pytest.mark.parametrize("squash", [1.0, 0.35], ids=["ordinary", "inside the inversion barrier"])
+def test_pointwise_hessian_is_the_exact_second_derivative_before_projection(squash):
     mu, lam = 1.0, 7.0
     rng = np.random.default_rng(1)
-    F = np.eye(3) * 0.9 + 0.2 * rng.standard_normal((3, 3))
-    c = lambda F_: mu * (np.linalg.det(F_) - 2.0) + lam * (np.linalg.det(F_) - 1.0)   # noqa: E731
+    F = (np.eye(3) * 0.9 + 0.2 * rng.standard_normal((3, 3))) * np.array([1.0, 1.0, squash])[:, None]
+    kappa = lam + mu
+    psi_J = lambda J: inversion_barrier(np.array([J]))                   # noqa: E731
+    if squash < 1.0:
+        assert 0.0 < np.linalg.det(F) < BARRIER_J
+    c = lambda F_: (mu * (np.linalg.det(F_) - 2.0) + lam * (np.linalg.det(F_) - 1.0)   # noqa: E731
+                    + kappa * psi_J(np.linalg.det(F_))[1][0])
     P = lambda F_: mu * F_ + c(F_) * cofactor(F_)                        # noqa: E731
     eps, fd = 1e-6, np.zeros((9, 9))
     for a in range(9):
         d = np.zeros(9); d[a] = eps
         fd[:, a] = ((P(F + d.reshape(3, 3)) - P(F - d.reshape(3, 3))) / (2 * eps)).ravel()
-    H = projected_pointwise_hessian(F[None], mu, np.array([c(F)]), lam + mu, clamp=False)[0]
+    a = lam + mu + kappa * psi_J(np.linalg.det(F))[2]
+    H = projected_pointwise_hessian(F[None], mu, np.array([c(F)]), a, clamp=False)[0]
     np.testing.assert_allclose(H, fd, atol=1e-6 * np.abs(fd).max())
 
 
@@ -61,7 +69,14 @@ def test_energy_gradient_matches_finite_differences_and_hessian_is_psd_when_inve
     d, eps = rng.standard_normal(y.shape), 1e-6
     fd = (model.energy_grad_hess(y + eps * d, False)[0] - model.energy_grad_hess(y - eps * d, False)[0]) / (2 * eps)
     assert fd == pytest.approx(g @ d.ravel(), rel=1e-6)
+    # squashed to 30 % height: every point inside the inversion barrier (J < 0.5), still exact
+    squashed = lat.nodes * np.array([1.0, 1.0, 0.3]) + 0.002 * rng.standard_normal(y.shape)
+    _, g, H = model.energy_grad_hess(squashed)
+    fd = (model.energy_grad_hess(squashed + eps * d, False)[0] - model.energy_grad_hess(squashed - eps * d, False)[0]) / (2 * eps)
+    assert fd == pytest.approx(g @ d.ravel(), rel=1e-5)
     inverted = lat.nodes * np.array([1.0, 1.0, -0.3]) + 0.02 * rng.standard_normal(y.shape)
+    assert model.energy_grad_hess(inverted)[0] == np.inf, "the barrier: an inverted state is out of reach"
+    model.barrier = False              # how the simulator solves a state that starts inverted
     _, _, H = model.energy_grad_hess(inverted)
     eig = np.linalg.eigvalsh(H.toarray())
     assert eig.min() > -1e-9 * eig.max()

@@ -37,7 +37,7 @@ from ..core.errors import SimulationFault
 from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, pin_stiffness
 from ..core.run import Engine, Run
 from ..core.scene import Setup
-from ..reference.simulator import ReferenceSimulator
+from ..reference.simulator import ReferenceSimulator, line_search
 
 DEFAULT_HANDLES = 6           # 72 DOFs: the default when the model's latent size is unknown
 DOFS_PER_HANDLE = 12
@@ -224,6 +224,8 @@ class ReducedOracle:
         target = np.asarray(self.setup.pin_target(frame + 1), np.float64).ravel()
         pin_b, pin_c = self.pins.linear_terms(frame + 1) if self.pins is not None else (None, None)
         y_prev = self.y(q_n)
+        if hasattr(self.sim.elastic, "all_upright"):     # the reference's inversion barrier, as it does
+            self.sim.elastic.barrier = self.sim.elastic.all_upright(y_prev)
         _, _, K_n = _elastic(self.sim, y_prev)
         D = self.air * np.eye(self.dofs) + self.beta * (self.B.T @ (K_n @ self.B))
         q_pred = q_n + h * qd_n
@@ -231,6 +233,8 @@ class ReducedOracle:
         def total(q, need_hess=True):
             y = self.y(q)
             e_el, g_el, H_el = _elastic(self.sim, y, need_hess)
+            if not np.isfinite(e_el):           # an inverted element: outside the barrier
+                return np.inf, None, None
             x = self.x(q)
             if self.pins is not None:
                 e_pin, g_pin = self.pins.energy_grad(y.ravel(), pin_b, pin_c)
@@ -253,20 +257,17 @@ class ReducedOracle:
                     H = H + extra
             return e, g, H
 
-        q = q_pred.copy()
+        q = q_pred.copy() if np.isfinite(total(q_pred, need_hess=False)[0]) else q_n.copy()
         for _ in range(self.newton_iterations):
             e, g, H = total(q)
             try:
                 step = -np.linalg.solve(0.5 * (H + H.T), g)
             except np.linalg.LinAlgError:
                 step = -g * h ** 2
-            slope, alpha = float(g @ step), 1.0
+            slope = float(g @ step)
             if slope > 0:
                 step, slope = -g * h ** 2, -float(g @ g) * h ** 2
-            while alpha > 1e-4:
-                if total(q + alpha * step, need_hess=False)[0] <= e + 1e-4 * alpha * slope:
-                    break
-                alpha *= 0.5
+            alpha = line_search(total, q, e, slope, step)
             q = q + alpha * step
             if np.max(np.abs(self.Bx @ (alpha * step))) < self.tolerance * self.diagonal:
                 break

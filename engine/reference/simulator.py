@@ -36,6 +36,21 @@ DEFAULT_SUBSTEP = 1.0 / 96.0    # longest substep, seconds
 DEFAULT_ORDER = 2               # quadratic tetrahedra: no bending locking
 
 
+def line_search(total, x, energy, slope, step):
+    """Backtracking (Armijo) step length along `step` from `x` for an energy `total(x, need_hess)`;
+    past 1e-4 it keeps halving only to stay where the energy is finite (no element inverted), so a
+    step never crosses the inversion barrier."""
+    alpha = 1.0
+    while alpha > 1e-4:
+        e_new, _, _ = total(x + alpha * step, need_hess=False)
+        if e_new <= energy + 1e-4 * alpha * slope:
+            return alpha
+        alpha *= 0.5
+    while alpha > 1e-12 and not np.isfinite(total(x + alpha * step, need_hess=False)[0]):
+        alpha *= 0.5
+    return alpha if alpha > 1e-12 else 0.0
+
+
 class ReferenceSimulator:
     """Steps a `Setup` frame by frame. `iter_frames()` yields vertex positions [N,3]."""
 
@@ -159,6 +174,8 @@ class ReferenceSimulator:
             y = yf.reshape(-1, 3)
             x = np.asarray(self.W @ y)
             e_el, g_el, H_el = self.elastic.energy_grad_hess(y, need_hess)
+            if not np.isfinite(e_el):           # an inverted element: outside the barrier
+                return np.inf, None, None
             dy = yf - y_pred
             dv = yf - y_n.ravel()
             Ddv = D @ dv
@@ -191,18 +208,17 @@ class ReferenceSimulator:
             return energy, grad, H.tocsc()
 
         yf = y_n.ravel() + h * v_n.ravel()
-        for _ in range(self.newton_iterations):
+        energy, grad, H = total(yf)
+        if not np.isfinite(energy):             # the inertial guess inverts an element: start at rest
+            yf = y_n.ravel().copy()
             energy, grad, H = total(yf)
+        for _ in range(self.newton_iterations):
             step = -self._solve(H, grad)
-            alpha, slope = 1.0, float(np.dot(grad, step))
-            while alpha > 1e-4:
-                e_new, _, _ = total(yf + alpha * step, need_hess=False)
-                if e_new <= energy + 1e-4 * alpha * slope:
-                    break
-                alpha *= 0.5
+            alpha = line_search(total, yf, energy, float(np.dot(grad, step)), step)
             yf = yf + alpha * step
             if np.max(np.abs(alpha * step)) < self.tolerance * self.diagonal:
                 break
+            energy, grad, H = total(yf)
         y_new = yf.reshape(-1, 3)
         self.v = (y_new - y_n) / h
         self.y = y_new
@@ -225,6 +241,8 @@ class ReferenceSimulator:
 
     def step_frame(self):
         for k in range(self.substeps):
+            if self.lattice is not None:        # a state that starts inverted is first solved without the barrier
+                self.elastic.barrier = self.elastic.all_upright(self.y)
             self._step(self.frame, (k + 1) / self.substeps)
         self.frame += 1
         x = self.vertices()
@@ -254,6 +272,8 @@ class ReferenceSimulator:
 
         def potential(yf, need_hess=True):
             e_el, g_el, H_el = self.elastic.energy_grad_hess(yf.reshape(-1, 3), need_hess)
+            if not np.isfinite(e_el):
+                return np.inf, None, None
             e_pin, g_pin = self.pins.energy_grad(yf, pin_b, pin_c)
             H = None if H_el is None else (H_el + self.pins.H).tocsc()
             return e_el + e_pin - float(np.dot(f_ext, yf)), g_el + g_pin - f_ext, H
@@ -262,9 +282,7 @@ class ReferenceSimulator:
         for _ in range(iterations):
             energy, grad, H = potential(yf)
             step = -spla.spsolve(H, grad)
-            alpha, slope = 1.0, float(np.dot(grad, step))
-            while alpha > 1e-6 and potential(yf + alpha * step, False)[0] > energy + 1e-4 * alpha * slope:
-                alpha *= 0.5
+            alpha = line_search(potential, yf, energy, float(np.dot(grad, step)), step)
             yf += alpha * step
             if np.max(np.abs(alpha * step)) < 1e-10 * self.diagonal:
                 break

@@ -15,6 +15,16 @@ mean-dilatation volume term (one J per element) was tried against locking and ma
 stiffness); full integration on quadratic elements locks only mildly: the cantilever of
 docs/PHYSICS.md is within 4 % of Euler-Bernoulli for nu from 0 to 0.49.
 
+Stable neo-Hookean resists compression with a bounded pressure (at most 2 mu + lam at J = 0), so a
+soft, compressible body under a hard blow can still be crushed through J = 0 and then stay folded,
+held by its neighbours. An inversion barrier closes that: below J = BARRIER_J an element's
+volume term also gets the log barrier -k (J - J0)^2 log(J / J0) (zero with its first two
+derivatives at J0, infinite at J = 0, k = lam + mu), and the simulator's line search never accepts
+a step that takes a quadrature point to J <= 0. Like a real elastomer, whose pressure diverges as
+its volume goes to zero, no element can then invert; at J > J0 (all ordinary motion) nothing
+changes. A state that starts inverted (a user's crushed input) is solved without the barrier until
+every point is upright again.
+
 The Hessian comes from the analytic eigensystem of d2psi/dF2 (three twists, three flips and
 three scalings in the SVD frame of F) with negative eigenvalues clamped to zero, so every element
 block is positive semi-definite and Newton always descends.
@@ -34,6 +44,7 @@ QUADRATURE = {
 TET_EDGES = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))
 # (i, j, k): the pair (i, j) spans a twist and a flip, k is the remaining singular value
 PAIRS = ((1, 2, 0), (2, 0, 1), (0, 1, 2))
+BARRIER_J = 0.5                 # the inversion barrier acts below half an element's rest volume
 
 
 def lame(young, poisson):
@@ -105,12 +116,24 @@ def projected_pointwise_hessian(F, mu, c, a, clamp=True):
     return (Q * vals[:, None, :]) @ np.swapaxes(Q, 1, 2)
 
 
+def inversion_barrier(J, J0=BARRIER_J):
+    """b(J) = -(J - J0)^2 log(J / J0) for 0 < J < J0 (else 0), with b' and b''; C2 at J0."""
+    inside = J < J0
+    Jc = np.where(inside, np.maximum(J, 1e-300), J0)
+    d, log = Jc - J0, np.log(Jc / J0)
+    b = -d ** 2 * log
+    db = -2.0 * d * log - d ** 2 / Jc
+    d2b = -2.0 * log - 4.0 * d / Jc + d ** 2 / Jc ** 2
+    return b * inside, db * inside, d2b * inside
+
+
 class StableNeoHookean:
     """Elastic energy of a tetrahedral mesh (`tets` [T,4] or [T,10]) over node positions."""
 
-    def __init__(self, nodes, tets, young, poisson, order=2):
+    def __init__(self, nodes, tets, young, poisson, order=2, barrier=True):
         self.tets, self.order = tets, order
         self.mu, self.lam = lame(young, poisson)
+        self.barrier = barrier          # the simulator turns it off while a state is inverted
         corners = nodes[tets[:, :4]]
         Dm = np.transpose(corners[:, 1:] - corners[:, :1], (0, 2, 1))            # columns = edges
         self.vol = np.abs(np.linalg.det(Dm)) / 6.0
@@ -131,24 +154,36 @@ class StableNeoHookean:
         return np.swapaxes(y[self.tets], 1, 2)[:, None] @ self.dN
 
     def energy_grad_hess(self, y, need_hess=True):
+        """Energy, gradient [3n] and PSD Hessian (sparse); with the barrier on, a state with an
+        inverted quadrature point has infinite energy (returned as (inf, None, None))."""
         mu, lam = self.mu, self.lam
         F = self.deformation(y)                                                    # [T,Q,3,3]
         J = np.linalg.det(F)
+        if self.barrier and J.min() <= 0.0:
+            return np.inf, None, None
         cof = cofactor(F)
         psi = 0.5 * mu * (np.einsum("tqij,tqij->tq", F, F) - 3.0) - mu * (J - 1.0) + 0.5 * (lam + mu) * (J - 1.0) ** 2
-        energy = float(np.sum(self.wv * psi))
         c = mu * (J - 2.0) + lam * (J - 1.0)                                       # coefficient of cof F
+        a = lam + mu                                                               # ... and of cof F cof F^T
+        if self.barrier:
+            b, db, d2b = inversion_barrier(J)
+            psi, c, a = psi + (lam + mu) * b, c + (lam + mu) * db, a + (lam + mu) * d2b
+        energy = float(np.sum(self.wv * psi))
         P = mu * F + c[..., None, None] * cof
         g_e = (self.dN @ np.swapaxes(self.wv[..., None, None] * P, 2, 3)).sum(axis=1)   # [T,k,3]
         grad = np.bincount(dofs3(self.tets).ravel(), weights=g_e.ravel(), minlength=y.size)
         if not need_hess:
             return energy, grad, None
         T, Qn = J.shape
-        H9 = projected_pointwise_hessian(F.reshape(-1, 3, 3), mu, c.ravel(), lam + mu).reshape(T, Qn, 9, 9)
+        a = np.broadcast_to(a, J.shape).ravel()
+        H9 = projected_pointwise_hessian(F.reshape(-1, 3, 3), mu, c.ravel(), a).reshape(T, Qn, 9, 9)
         HG = (self.wv[..., None, None] * H9) @ self.G                              # [T,Q,9,3k]
         k3 = self.G.shape[-1]
         blocks = np.swapaxes(self.G.reshape(T, Qn * 9, k3), 1, 2) @ HG.reshape(T, Qn * 9, k3)
         return energy, grad, self.assembler.assemble(blocks)
+
+    def all_upright(self, y):
+        return bool(np.linalg.det(self.deformation(y)).min() > 0.0)
 
     def inverted_share(self, y):
         """Share of quadrature points with det F <= 0."""

@@ -72,6 +72,7 @@ def run_measured(mesh, scene, lattice_cells):
         finite = False
     return {"volume": np.array(volume), "height": np.array(height), "finite": finite,
             "inverted_end": sim.inverted_share() if finite else 1.0, "last": frames,
+            "energy_end": sim.energy() if finite else float("nan"),
             "seconds": time.perf_counter() - t0}
 
 
@@ -79,7 +80,8 @@ def recovery(run, resting):
     """Figures of a loaded run against the same body left alone, at the last frame."""
     return {"min_volume": float(run["volume"].min()), "end_volume": float(run["volume"][-1]),
             "end_height_vs_resting": float(run["height"][-1] / resting["height"][-1]),
-            "inverted_end": run["inverted_end"], "finite": run["finite"]}
+            "inverted_end": run["inverted_end"], "finite": run["finite"],
+            "energy_vs_resting": float(run["energy_end"] - resting["energy_end"])}
 
 
 def recovered(r, tol=0.05):
@@ -107,12 +109,13 @@ def sweep(mesh, lattice_cells=3, multipliers=(1, 10, 100), poissons=(0.3, 0.45, 
 
 
 TABLE_HEAD = ("| case | × training top | ν | min volume | volume 2 s after | height vs resting | "
-              "inverted at end | finite | recovered |\n|---|---|---|---|---|---|---|---|---|")
+              "inverted at end | energy vs resting (J) | finite | recovered |\n|---|---|---|---|---|---|---|---|---|---|")
 
 
 def table_row(r):
     return (f"| {r['case']} | {r['multiplier']}× | {r['poisson']} | {r['min_volume']:.3f} | {r['end_volume']:.3f} | "
-            f"{r['end_height_vs_resting']:.3f} | {r['inverted_end']:.1%} | {'yes' if r['finite'] else 'NaN'} | "
+            f"{r['end_height_vs_resting']:.3f} | {r['inverted_end']:.1%} | {r['energy_vs_resting']:+.2f} | "
+            f"{'yes' if r['finite'] else 'NaN'} | "
             f"{'yes' if r['recovered'] else 'no'} |")
 
 
