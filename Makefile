@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 # torch pinned to the CPU build on disk (a looser pin would download a multi-GB CUDA build)
 DEPS    := torch==2.13.0 bpy==5.0.1 "numpy>=1.24" "scipy>=1.10" threadpoolctl pytest hypothesis matplotlib
 
-.PHONY: venv test test-fast demo train data eval eval-small bench build build-dev clean
+.PHONY: venv test test-fast demo train data eval eval-small bench build build-dev check-bundle clean
 
 venv: $(STAMP)
 
@@ -42,12 +42,16 @@ eval: $(STAMP)
 bench: $(STAMP)
 	$(VPY) -m engine bench --json eval_out/bench.json
 
-# For users: the self-contained zip for this platform (bundles the torch CPU + scipy wheels, ~250 MB;
-# extensions may not download code at run time). Other platforms: build.py --bundle-torch PLATFORM.
+# For users: the self-contained zip for this platform (bundles the torch CPU + scipy wheels, 238 MB for
+# linux-x64; extensions may not download code at run time). Other platforms: build.py --bundle-torch PLATFORM.
 build: $(STAMP)
 	$(VPY) build.py
 
-# For development and CI: the small zip without wheels (~3 MB; needs torch/scipy in Blender's Python).
+# Build that zip, install it into a fresh bpy-only venv (no torch/scipy) and bake with it (about 2 minutes).
+check-bundle: $(STAMP)
+	$(VPY) tools/check_bundle.py
+
+# For development and CI: the small zip without wheels (0.2 MB; needs torch/scipy in Blender's Python).
 build-dev: $(STAMP)
 	$(VPY) build.py --no-wheels
 

@@ -33,7 +33,12 @@ ENGINE_SRC = ROOT / "engine"
 ASSETS_SRC = ROOT / "assets"
 MANIFEST = ROOT / "blender_manifest.toml"
 
-TORCH_PIN = "torch==2.13.0"
+TORCH_VERSION = "2.13.0"
+# PyPI's Linux torch wheels are CUDA builds that pull multi-GB nvidia-* (and triton) wheels. Linux bundles
+# take the CPU build (`+cpu`), which pip finds in PyTorch's CPU index or in a local find-links folder; Windows and
+# macOS wheels on PyPI are CPU builds already. A CUDA dependency anywhere stops the build before it is downloaded.
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+CUDA_PREFIXES = ("nvidia-", "triton", "cuda-")
 # The reference simulator needs scipy; Blender already ships numpy, so numpy is not bundled.
 EXTRA_PACKAGES = ["scipy"]
 SKIP_PACKAGES = {"numpy"}
@@ -148,6 +153,11 @@ def _find_wheel(wheel_dir: Path, name: str, python: str):
     return (exact or found or [None])[0]
 
 
+def torch_pin(platform: str) -> str:
+    """The torch requirement for one platform: the CPU build on Linux (see TORCH_CPU_INDEX)."""
+    return f"torch=={TORCH_VERSION}+cpu" if platform.startswith("linux") else f"torch=={TORCH_VERSION}"
+
+
 def download_wheels(platform: str, wheel_dir: Path, python_versions: list[str]) -> list[str]:
     """Download torch (and scipy) with their dependencies for `platform`, resolving environment markers for
     that platform (pip itself evaluates markers for the machine it runs on, so dependencies are followed here
@@ -161,18 +171,23 @@ def download_wheels(platform: str, wheel_dir: Path, python_versions: list[str]) 
     wheel_dir.mkdir(parents=True, exist_ok=True)
     for py in python_versions:
         env = _marker_env(platform, py)
-        queue, seen = [TORCH_PIN, *EXTRA_PACKAGES], set()
+        queue, seen = [torch_pin(platform), *EXTRA_PACKAGES], set()
         while queue:
             req = Requirement(queue.pop(0))
             name = _canonical(req.name)
             if name in seen or name in SKIP_PACKAGES or (req.marker is not None and not req.marker.evaluate(env)):
                 continue
+            if name.startswith(CUDA_PREFIXES):
+                raise BuildError(f"the {platform} bundle would pull the CUDA package '{req.name}' (a CUDA torch build?); "
+                                 f"the self-contained zip bundles the CPU build {torch_pin(platform)}")
             seen.add(name)
             cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
                    "--only-binary=:all:", "--dest", str(wheel_dir), "--python-version", py,
                    "--implementation", "cp", "--abi", "cp" + py.replace(".", ""), "--abi", "abi3", "--abi", "none"]
             for tag in PLATFORMS[platform] + ["any"]:
                 cmd += ["--platform", tag]
+            if name == "torch" and platform.startswith("linux"):
+                cmd += ["--extra-index-url", TORCH_CPU_INDEX]
             cmd.append(f"{req.name}{req.specifier}")
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
@@ -183,8 +198,14 @@ def download_wheels(platform: str, wheel_dir: Path, python_versions: list[str]) 
                 raise BuildError(f"pip reported success but no wheel for {req.name} appeared in {wheel_dir}")
             queue.extend(_wheel_requirements(whl))
     wheels = [f"./wheels/{w.name}" for w in sorted(wheel_dir.glob("*.whl"))]
-    if not any(Path(w).name.startswith("torch-") for w in wheels):
+    torch_wheels = [w for w in wheels if Path(w).name.startswith("torch-")]
+    if not torch_wheels:
         raise BuildError(f"pip did not produce a torch wheel for {platform}")
+    if platform.startswith("linux") and not all("+cpu" in w for w in torch_wheels):
+        raise BuildError(f"the {platform} bundle got a torch wheel that is not the CPU build: {torch_wheels}")
+    cuda = [w for w in wheels if _canonical(Path(w).name.split("-")[0]).startswith(CUDA_PREFIXES)]
+    if cuda:
+        raise BuildError(f"the {platform} bundle holds CUDA wheels: {cuda}")
     return wheels
 
 
