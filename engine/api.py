@@ -62,10 +62,11 @@ def prepare_together(setups, engine: str = "neurok", model=None, device: str = "
                      thickness=None, friction=None) -> Together:
     """Prepare several objects (setups in one space, same frames and step) that collide with each
     other: each one's setup gains the others as moving colliders (engine/core/coupling.py).
-    `thickness` / `friction`: the contact shell around each object (one number or one per object)."""
+    `engine` is a name or an opened `Engine`; `thickness` / `friction`: the contact shell around
+    each object (one number or one per object)."""
     kw = {k: v for k, v in (("thickness", thickness), ("friction", friction)) if v is not None}
     carriers = link(setups, names, **kw)
-    eng = open_engine(engine, model, device)
+    eng = engine if isinstance(engine, Engine) else open_engine(engine, model, device)
     return Together([eng.prepare(s) for s in setups], carriers)
 
 

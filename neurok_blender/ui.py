@@ -1,4 +1,7 @@
-"""The NeuROK tab of the 3D viewport sidebar (N panel)."""
+"""NeuROK's user interface: Properties ▸ Physics ▸ NeuROK (every setting, in sub-panels like Cloth's),
+a compact view in the 3D viewport sidebar (N panel ▸ NeuROK), the status bar's progress, and the
+Object ▸ NeuROK menu. The sidebar's sub-panel classes are the templates of the Physics sub-panels
+(`_physics`); only the Physics copies are registered."""
 from __future__ import annotations
 
 import textwrap
@@ -11,6 +14,7 @@ from .properties import FIELD_WEIGHT_NAMES
 
 ICONS = set(bpy.types.UILayout.bl_rna.functions["label"].parameters["icon"].enum_items.keys())
 from .engine_link import scene as escene
+from .operators.bake_together import together_objects
 from .operators.sample_pose import unavailable_reason as pose_unavailable
 from .operators.specialize import unavailable_reason as specialize_unavailable
 
@@ -52,60 +56,95 @@ class NeurokSubPanel(NeurokPanel):
         return mesh_object(context) is not None
 
 
+def draw_engine(layout, context) -> None:
+    """The engine choice, and before any click why it cannot run (if it cannot)."""
+    s = context.scene.neurok
+    col = layout.column()
+    if ENGINE_PROBLEM:  # neither engine can run in this Blender
+        wrapped(col, ENGINE_PROBLEM, icon='ERROR', alert=True)
+    col.prop(s, "engine", text="Engine")
+    if s.engine == 'NEUROK' and not ENGINE_PROBLEM:
+        if _PLACEHOLDER:
+            col.prop(s, "model_path", text="Model", placeholder="Bundled model")
+        else:
+            col.prop(s, "model_path", text="Model")
+        problem = learned_engine_status(bpy.path.abspath(s.model_path) if s.model_path else "")
+        if problem:
+            wrapped(col, problem, icon='ERROR', alert=True)
+
+
+def draw_run(layout, context, obj) -> None:
+    """Progress, Preview, the bakes, and what the last bake was."""
+    s = context.scene.neurok
+    job = jobs.JOBS.get(obj.name)
+    box = layout.box()
+    if job is not None:
+        row = box.row(align=True)
+        row.progress(factor=job.factor(), type='BAR', text=f"{job.kind.title()}: {job.progress_text()}")
+        op = row.operator("neurok.cancel", text="", icon='X')
+        op.object_name = obj.name
+    row = box.row(align=True)
+    previewing = job is not None and job.kind == "preview"
+    row.operator("neurok.preview", text="Stop Preview" if previewing else "Preview",
+                 icon='PAUSE' if previewing else 'PLAY', depress=previewing)
+    row = box.row(align=True)
+    row.operator("neurok.bake_cache", text="Bake Cache", icon='FILE_CACHE')
+    row.operator("neurok.bake_shape_keys", text="Bake Shape Keys", icon='SHAPEKEY_DATA')
+    draw_together(box, context)
+    box.operator("neurok.free_bake", text="Free Bake", icon='TRASH')
+    box.prop(s, "keep_frames_before_stop")
+    bake = obj.neurok.bake
+    if bake.kind != 'NONE':
+        kind = "Mesh Cache" if bake.kind == 'CACHE' else "Shape Keys"
+        box.label(text=f"Baked: {kind}, {bake.frames} frames from {bake.frame_start} "
+                       f"({bake.engine}, {bake.seconds:.1f} s)", icon='CHECKMARK')
+    problem = bridge.bake_problem(obj)
+    if problem:
+        wrapped(box, problem, icon='ERROR', alert=True)
+    if bake.ood_level:
+        icon, words = OOD_WORDS.get(bake.ood_level, ('INFO', bake.ood_level))
+        wrapped(box, f"Model fit {bake.ood_score:.2f}: {words}", icon=icon, alert=bake.ood_level == "out_of_range")
+        if bake.ood_message:
+            wrapped(box, bake.ood_message)
+    elif s.engine == 'REFERENCE':
+        box.label(text="Reference engine: exact, no model-fit check.", icon='INFO')
+
+
+def draw_together(layout, context) -> None:
+    """With two or more NeuROK objects selected: bake them as one simulation (they collide)."""
+    count = len(together_objects(context))
+    if count >= 2:
+        layout.operator("neurok.bake_together", text=f"Bake {count} Selected Together", icon='MOD_PHYSICS')
+
+
 class VIEW3D_PT_neurok(NeurokPanel, bpy.types.Panel):
+    """The compact view in the sidebar: engine, the object's material at a glance, and the buttons. Every
+    setting lives in Properties ▸ Physics ▸ NeuROK, where Blender's other physics types live."""
     bl_idname = "VIEW3D_PT_neurok"
     bl_label = "NeuROK"
 
     def draw(self, context):
         layout = self.layout
-        s = context.scene.neurok
-        col = layout.column()
-        if ENGINE_PROBLEM:  # before any click: neither engine can run in this Blender
-            wrapped(col, ENGINE_PROBLEM, icon='ERROR', alert=True)
-        col.prop(s, "engine", text="Engine")
-        if s.engine == 'NEUROK' and not ENGINE_PROBLEM:
-            if _PLACEHOLDER:
-                col.prop(s, "model_path", text="Model", placeholder="Bundled model")
-            else:
-                col.prop(s, "model_path", text="Model")
-            problem = learned_engine_status(bpy.path.abspath(s.model_path) if s.model_path else "")
-            if problem:
-                wrapped(col, problem, icon='ERROR', alert=True)
+        draw_engine(layout, context)
         obj = mesh_object(context)
         if obj is None:
             layout.label(text="Select a mesh object to simulate.", icon='INFO')
             return
-        job = jobs.JOBS.get(obj.name)
-        box = layout.box()
-        if job is not None:
-            row = box.row(align=True)
-            row.progress(factor=job.factor(), type='BAR', text=f"{job.kind.title()}: {job.progress_text()}")
-            op = row.operator("neurok.cancel", text="", icon='X')
-            op.object_name = obj.name
-        row = box.row(align=True)
-        previewing = job is not None and job.kind == "preview"
-        row.operator("neurok.preview", text="Stop Preview" if previewing else "Preview",
-                     icon='PAUSE' if previewing else 'PLAY', depress=previewing)
-        row = box.row(align=True)
-        row.operator("neurok.bake_cache", text="Bake Cache", icon='FILE_CACHE')
-        row.operator("neurok.bake_shape_keys", text="Bake Shape Keys", icon='SHAPEKEY_DATA')
-        box.operator("neurok.free_bake", text="Free Bake", icon='TRASH')
-        box.prop(context.scene.neurok, "keep_frames_before_stop")
-        bake = obj.neurok.bake
-        if bake.kind != 'NONE':
-            kind = "Mesh Cache" if bake.kind == 'CACHE' else "Shape Keys"
-            box.label(text=f"Baked: {kind}, {bake.frames} frames from {bake.frame_start} "
-                           f"({bake.engine}, {bake.seconds:.1f} s)", icon='CHECKMARK')
-        problem = bridge.bake_problem(obj)
-        if problem:
-            wrapped(box, problem, icon='ERROR', alert=True)
-        if bake.ood_level:
-            icon, words = OOD_WORDS.get(bake.ood_level, ('INFO', bake.ood_level))
-            wrapped(box, f"Model fit {bake.ood_score:.2f}: {words}", icon=icon, alert=bake.ood_level == "out_of_range")
-            if bake.ood_message:
-                wrapped(box, bake.ood_message)
-        elif s.engine == 'REFERENCE':
-            box.label(text="Reference engine: exact, no model-fit check.", icon='INFO')
+        st = obj.neurok
+        if not st.enabled:
+            layout.operator("neurok.physics_add", text="Add NeuROK Physics", icon='MOD_SOFT')
+            wrapped(layout, "Its settings then live in Properties ▸ Physics ▸ NeuROK, like Cloth's.", icon='INFO')
+            return
+        col = layout.column(align=True)
+        row = col.row(align=True)
+        row.prop(st, "preset", text="")
+        row.prop(st, "kind", text="")
+        col.prop(st, "stiffness_log", text="Log₁₀ Stiffness", slider=True)
+        col.prop_search(st, "pin_group", obj, "vertex_groups", text="Pins")
+        if st.forces:
+            col.label(text=f"{sum(f.enabled for f in st.forces)} of {len(st.forces)} painted forces on", icon='FORCE_FORCE')
+        draw_run(layout, context, obj)
+        layout.operator("neurok.show_physics", text="All Settings", icon='PHYSICS')
 
 
 def draw_material(layout, st) -> None:
@@ -362,7 +401,8 @@ class PHYSICS_PT_neurok(PhysicsPanel, bpy.types.Panel):
     bl_label = "NeuROK"
 
     def draw(self, context):
-        VIEW3D_PT_neurok.draw(self, context)
+        draw_engine(self.layout, context)
+        draw_run(self.layout, context, mesh_object(context))
 
 
 class PHYSICS_PT_neurok_cache(PhysicsPanel, bpy.types.Panel):
@@ -405,6 +445,7 @@ class PHYSICS_PT_neurok_bake(PhysicsPanel, bpy.types.Panel):
         row.operator("neurok.bake_cache", text="Bake", icon='FILE_CACHE')
         row.operator("neurok.free_bake", text="Delete Bake", icon='TRASH')
         layout.operator("neurok.bake_shape_keys", text="Bake to Shape Keys", icon='SHAPEKEY_DATA')
+        draw_together(layout, context)
         layout.prop(context.scene.neurok, "shape_key_mode")
         layout.prop(context.scene.neurok, "keep_frames_before_stop")
 
@@ -473,6 +514,7 @@ class NEUROK_MT_menu(bpy.types.Menu):
         layout.operator("neurok.preview", icon='PLAY')
         layout.operator("neurok.bake_cache", icon='FILE_CACHE')
         layout.operator("neurok.bake_shape_keys", icon='SHAPEKEY_DATA')
+        layout.operator("neurok.bake_together", icon='MOD_PHYSICS')
         layout.operator("neurok.free_bake", icon='TRASH')
         layout.separator()
         layout.operator("neurok.specialize", icon='EXPERIMENTAL')
@@ -489,9 +531,7 @@ def draw_object_menu(self, context):
 APPENDS = (("PHYSICS_PT_add", draw_physics_add), ("STATUSBAR_HT_header", draw_status),
            ("VIEW3D_MT_object", draw_object_menu))
 
-classes = (NEUROK_UL_forces, VIEW3D_PT_neurok, VIEW3D_PT_neurok_material, VIEW3D_PT_neurok_pins,
-           VIEW3D_PT_neurok_forces, VIEW3D_PT_neurok_fields, VIEW3D_PT_neurok_collisions, VIEW3D_PT_neurok_scene,
-           VIEW3D_PT_neurok_tools, *PHYSICS_PANELS, NEUROK_MT_material_presets, NEUROK_MT_menu)
+classes = (NEUROK_UL_forces, VIEW3D_PT_neurok, *PHYSICS_PANELS, NEUROK_MT_material_presets, NEUROK_MT_menu)
 
 
 def register_appends():

@@ -688,6 +688,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
                 self.layout = FakeLayout()
 
         select_only(flag)
+        flag.neurok.enabled = True  # every setting is drawn in Properties ▸ Physics once NeuROK is on
         f = flag.neurok.forces.add()
         f.name, f.vertex_group = "Drawn", "All"
         drawn = 0
@@ -710,6 +711,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
             jobs.JOBS.clear()
         scene.neurok.engine = 'REFERENCE'
         flag.neurok.forces.remove(len(flag.neurok.forces) - 1)
+        flag.neurok.enabled = False
         select_only(cube)  # also the panels for an object without a bake or with an empty selection
         ui.VIEW3D_PT_neurok.draw(Self(), bpy.context)
         select_only(None)

@@ -606,8 +606,81 @@ def _child(phase, zip_path, work, out_json):
 
     with check("workflow_panels_draw"):
         select_only(rod)
+        rod.neurok.enabled = True
         drawn, _ = draw_all(ui.classes)
-        assert "VIEW3D_PT_neurok" in drawn and "VIEW3D_PT_neurok_collisions" in drawn
+        assert "VIEW3D_PT_neurok" in drawn and "PHYSICS_PT_neurok_collisions" in drawn
+        rod.neurok.enabled = False
+
+    # ------------------------------------------------------------------ the sidebar is compact
+    with check("compact_sidebar"):
+        sidebar = [c for c in ui.classes if issubclass(c, bpy.types.Panel) and c.bl_space_type == 'VIEW_3D']
+        assert [c.__name__ for c in sidebar] == ["VIEW3D_PT_neurok"], sidebar   # one panel, no sub-panels
+        bpy.ops.mesh.primitive_cube_add(size=0.3, location=(6, 6, 1))
+        plain = bpy.context.active_object
+        select_only(plain)
+        Recorder.texts = []
+        ui.VIEW3D_PT_neurok.draw(Host(), bpy.context)
+        assert "op:neurok.physics_add" in Recorder.texts and "op:neurok.bake_cache" not in Recorder.texts
+        assert bpy.ops.neurok.physics_add() == {'FINISHED'}
+        Recorder.texts = []
+        ui.VIEW3D_PT_neurok.draw(Host(), bpy.context)
+        shown = Recorder.texts
+        for op in ("preview", "bake_cache", "bake_shape_keys", "free_bake", "show_physics"):
+            assert "op:neurok." + op in shown, (op, shown)
+        assert "op:neurok.force_add" not in shown and not any("Poisson" in t for t in shown)
+        assert len(shown) < 40, len(shown)
+        # in background mode there is no Properties editor to turn: a warning, nothing else
+        msg, _ = op_error(bpy.ops.neurok.show_physics)
+        assert msg is None or "Properties editor" in msg, msg
+        bpy.data.objects.remove(plain)
+
+    # ------------------------------------------------------------------ several NeuROK objects collide
+    with check("bake_together_no_pass_through"):
+        scene.neurok.use_floor, scene.neurok.floor_height = True, 0.0
+        made = []
+        for name, size, z in (("Lower", 0.3, 0.15), ("Upper", 0.2, 0.3 + 0.05 + 0.1)):
+            bpy.ops.mesh.primitive_cube_add(size=size, location=(-6, -6, z))
+            ob = bpy.context.active_object
+            ob.name = name
+            bpy.ops.object.modifier_add(type='SUBSURF')
+            ob.modifiers[-1].subdivision_type, ob.modifiers[-1].levels = 'SIMPLE', 2
+            bpy.ops.object.modifier_apply(modifier=ob.modifiers[-1].name)
+            select_only(ob)
+            assert bpy.ops.neurok.physics_add() == {'FINISHED'}
+            ob.neurok.preset = 'rubber'
+            made.append(ob)
+        lower, upper = made
+
+        def world(ob):
+            return read_pc2(bpy.path.abspath(ob.modifiers["NeuROK Cache"].filepath)) + np.asarray(ob.location)
+
+        # alone, the upper cube falls into the lower one (it is not a collider)
+        select_only(upper)
+        assert bpy.ops.neurok.bake_cache() == {'FINISHED'}
+        alone = world(upper)
+        assert alone[-1, :, 2].min() < 0.3 - 0.03, alone[-1, :, 2].min()
+        # together they collide: the upper lands on the lower, both get their cache
+        select_only(lower)
+        upper.select_set(True)
+        bpy.context.view_layer.objects.active = upper
+        Recorder.texts = []
+        ui.VIEW3D_PT_neurok.draw(Host(), bpy.context)
+        assert "op:neurok.bake_together" in Recorder.texts
+        assert bpy.ops.neurok.bake_together() == {'FINISHED'}
+        up, low = world(upper), world(lower)
+        assert up.shape[0] == T and low.shape[0] == T
+        gap = up[:, :, 2].min(axis=1) - low[:, :, 2].max(axis=1)
+        assert gap.min() > -0.01, gap          # never inside (a vertex may sit in the 1 cm shell)
+        assert gap[-1] < 0.03, gap             # and it did come down onto it
+        assert lower.neurok.bake.kind == 'CACHE' and upper.neurok.bake.kind == 'CACHE'
+        assert not jobs.JOBS
+        # with only one NeuROK object selected it refuses in one sentence
+        select_only(upper)
+        msg, _ = op_error(bpy.ops.neurok.bake_together)
+        assert msg and one_sentence(msg) and "two or more" in msg, msg
+        for ob in made:
+            bpy.data.objects.remove(ob)
+        scene.neurok.use_floor = False
 
     dump()
 
@@ -694,7 +767,7 @@ if __name__ != "__main__":
     def test_looks_broken_fixed(workflow, name):
         _assert(workflow, name)
 
-    @pytest.mark.parametrize("name", ["physics_tab", "status_bar_progress", "workflow_panels_draw"])
+    @pytest.mark.parametrize("name", ["physics_tab", "status_bar_progress", "workflow_panels_draw", "compact_sidebar"])
     def test_where_physics_lives(workflow, name):
         _assert(workflow, name)
 
@@ -707,7 +780,8 @@ if __name__ != "__main__":
     def test_stack_and_animation(workflow, name):
         _assert(workflow, name)
 
-    @pytest.mark.parametrize("name", ["colliders_in_scene", "all_field_types_with_weights"])
+    @pytest.mark.parametrize("name", ["colliders_in_scene", "all_field_types_with_weights",
+                                      "bake_together_no_pass_through"])
     def test_colliders_and_fields(workflow, name):
         _assert(workflow, name)
 
