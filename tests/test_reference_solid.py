@@ -14,7 +14,8 @@ from engine.reference.lattice import Lattice
 from engine.reference.simulator import ReferenceSimulator
 from engine.reference.solid import (BARRIER_J, StableNeoHookean, cofactor, inversion_barrier,
                                    projected_pointwise_hessian)
-from engine.reference.stress import jelly_scene, recovery, run_measured
+from engine.reference.stress import (RECOVERY_FRAMES, TRAINING_POKE, jelly_scene, recovered, recovery,
+                                     run_measured)
 from engine.training.shapes import _box_lattice
 
 G = 9.81
@@ -166,3 +167,33 @@ def test_jelly_hammer_blow_keeps_its_volume_and_springs_back():
     assert r["end_volume"] == pytest.approx(1.0, abs=0.05)
     assert r["end_height_vs_resting"] == pytest.approx(1.0, abs=0.05)
     assert r["inverted_end"] == 0.0
+
+
+def _poke(mesh, multiplier, poisson):
+    """Row of engine/reference/stress.py's sweep: a one-frame poke of `multiplier` x the generator's top."""
+    frames = 2 + RECOVERY_FRAMES + 1
+    poked = run_measured(mesh, jelly_scene(poke=multiplier * TRAINING_POKE, poisson=poisson, start=1, end=2,
+                                           frames=frames), JELLY_CELLS)
+    resting = run_measured(mesh, jelly_scene(poke=0.0, poisson=poisson, start=1, end=2, frames=frames), JELLY_CELLS)
+    return recovery(poked, resting)
+
+
+def test_a_nearly_incompressible_jelly_recovers_from_100_times_the_training_poke():
+    """30,000 m/s^2 for one frame (1,250 m/s) on the top of a 3 kPa, nu = 0.49 jelly (sweep row (o))."""
+    r = _poke(read_mesh(ROOT / "assets" / "samples" / "jelly.obj"), 100, 0.49)
+    print(f"[o] poke 100x, nu 0.49: least volume {r['min_volume']:.3f}, 2 s after {r['end_volume']:.3f}, "
+          f"height {r['end_height_vs_resting']:.3f}, inverted {r['inverted_end']:.1%}")
+    assert recovered(r), r
+
+
+def test_the_inversion_barrier_leaves_a_crushed_compressible_jelly_upright_in_a_lower_energy_state():
+    """At nu = 0.3 the 3 kPa jelly (its weight is 0.86 of its stiffness) does not spring back from the training
+    range's top poke. Nothing is inverted (the barrier: without it 1.5 % of the material stayed inside out), and
+    the flattened jelly's energy is below that of the jelly resting upright: a lower equilibrium of so soft a body
+    under gravity, not a fold the material is stuck in (docs/PHYSICS.md (o))."""
+    r = _poke(read_mesh(ROOT / "assets" / "samples" / "jelly.obj"), 1, 0.3)
+    print(f"[o] poke 1x, nu 0.3: least volume {r['min_volume']:.3f}, 2 s after {r['end_volume']:.3f}, height "
+          f"{r['end_height_vs_resting']:.3f}, inverted {r['inverted_end']:.1%}, energy vs resting "
+          f"{r['energy_vs_resting']:+.2f} J")
+    assert r["finite"] and r["inverted_end"] == 0.0
+    assert r["energy_vs_resting"] < -0.5
