@@ -24,7 +24,7 @@ demo: $(STAMP)
 
 # Training data from the reference simulator (stable neo-Hookean, quadratic cells). The folder is
 # named for the simulator that made it, so data of an older simulator is never resumed into.
-# 40 sequences take about 30 minutes on 2 free cores (1.4 sequences/minute measured, docs/PHYSICS.md).
+# 40 sequences took 9.5 minutes on 2 free cores (4.2 sequences/minute, 2026-12-01; docs/PHYSICS.md).
 data: $(STAMP)
 	$(VPY) -m engine generate --out data/train_ref2 --sequences 40 --seed 1 --workers 2
 
