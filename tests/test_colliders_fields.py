@@ -19,6 +19,29 @@ def box(size=1.0, center=(0.0, 0.0, 0.0)):
          [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]]
     return v, np.array(f)
 
+def grid_sheet(n=9, size=1.0):
+    """A flat square sheet in the XY plane (normal +Z), n x n vertices."""
+    u = np.linspace(-size / 2, size / 2, n)
+    v = np.array([[x, y, 0.0] for y in u for x in u])
+    f = []
+    for j in range(n - 1):
+        for i in range(n - 1):
+            a = j * n + i
+            f += [[a, a + 1, a + n + 1], [a, a + n + 1, a + n]]
+    return Mesh(v, np.array(f), name="sheet")
+
+
+def with_fields(setup, effectors, surface):
+    """What the add-on does: fields tabulated on the rest surface into `accel_table`, plus the hooks."""
+    normals = F.vertex_normals(setup.rest, setup.faces)
+    table = np.stack([F.total_accel(effectors, t, setup.rest, None, normals, surface=surface)
+                      for t in range(setup.frames)])
+    setup.accel_table = table.copy()
+    setup.field_accel_rest = table
+    setup.effectors = effectors
+    return setup
+
+
 
 def plane(size=2.0):
     h = size / 2

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from engine.api import open_engine
-from engine.core.fields import Effector, total_accel, vertex_normals
+from engine.core.fields import Effector
 from engine.core.formats import Mesh
 from engine.core.scene import setup_from_scene
 from engine.learned.checkpoint import default_model_path
@@ -23,7 +23,7 @@ from engine.learned.latent_scene import LatentScene
 from engine.learned.terms import StepContext, collider_contact
 from engine.training.shapes import make_shape
 
-from test_colliders_fields import box
+from test_colliders_fields import box, grid_sheet, with_fields
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -106,35 +106,12 @@ def test_collider_gradient_matches_energy(engine):
 
 # --------------------------------------------------------------------------- force fields
 
-def grid_sheet(n=11, size=1.0):
-    """A flat square sheet in the XY plane (normal +Z)."""
-    u = np.linspace(-size / 2, size / 2, n)
-    v = np.array([[x, y, 0.0] for y in u for x in u])
-    f = []
-    for j in range(n - 1):
-        for i in range(n - 1):
-            a = j * n + i
-            f += [[a, a + 1, a + n + 1], [a, a + n + 1, a + n]]
-    return Mesh(v, np.array(f), name="sheet")
-
-
-def with_fields(setup, effectors, surface):
-    """What the add-on does: fields tabulated on the rest surface into `accel_table`, plus the hooks."""
-    normals = vertex_normals(setup.rest, setup.faces)
-    table = np.stack([total_accel(effectors, t, setup.rest, None, normals, surface=surface)
-                      for t in range(setup.frames)])
-    setup.accel_table = table.copy()
-    setup.field_accel_rest = table
-    setup.effectors = effectors
-    return setup
-
-
 def wind(strength=8.0, frames=1):
     return Effector("Wind", "WIND", np.eye(4), np.full(frames, strength))    # along +Z
 
 
 def test_wind_on_an_edge_on_sheet_is_weaker_than_face_on(engine):
-    mesh = grid_sheet()
+    mesh = grid_sheet(11)
     rot = np.array([[1, 0, 0], [0, 0, -1], [0, 1, 0]], float)            # 90 deg about X: normal +Z -> -Y
     frames = 10
     moved = {}

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 from engine.core.colliders import Collider
-from engine.core.fields import Effector, total_accel, vertex_normals
+from engine.core.fields import Effector
 from engine.core.formats import Mesh
 from engine.core.scene import setup_from_scene
 from engine.reference.interactions import collider_terms
 from engine.reference.simulator import ReferenceSimulator
 from engine.training.shapes import _geodesic_sphere
 
-from test_colliders_fields import box
+from test_colliders_fields import box, grid_sheet, with_fields
 
 LATTICE = 4          # the generator's lattice: fast, and the collider acts on vertices and nodes alike
 RADIUS = 0.3
@@ -111,29 +111,6 @@ def test_collider_gradient_matches_energy():
 
 
 # --------------------------------------------------------------------------- force fields
-
-def grid_sheet(n=9, size=1.0):
-    """A flat square sheet in the XY plane (normal +Z)."""
-    u = np.linspace(-size / 2, size / 2, n)
-    v = np.array([[x, y, 0.0] for y in u for x in u])
-    f = []
-    for j in range(n - 1):
-        for i in range(n - 1):
-            a = j * n + i
-            f += [[a, a + 1, a + n + 1], [a, a + n + 1, a + n]]
-    return Mesh(v, np.array(f), name="sheet")
-
-
-def with_fields(setup, effectors, surface):
-    """What the add-on does: fields tabulated on the rest surface into `accel_table`, plus the hooks."""
-    normals = vertex_normals(setup.rest, setup.faces)
-    table = np.stack([total_accel(effectors, t, setup.rest, None, normals, surface=surface)
-                      for t in range(setup.frames)])
-    setup.accel_table = table.copy()
-    setup.field_accel_rest = table
-    setup.effectors = effectors
-    return setup
-
 
 def test_wind_on_an_edge_on_sheet_is_weaker_than_face_on():
     mesh = grid_sheet()
