@@ -71,23 +71,23 @@ class Together:
         for col in self.carriers[i]:
             col.positions[t] = x
 
-    def _hold(self, t, last):
-        for i, x in enumerate(last):
-            self._write(i, t, x)
+    def _hold(self, t):
+        """Frame t of every object, before any steps: where it was at frame t - 1."""
+        for carriers in self.carriers:
+            for col in carriers:
+                col.positions[t] = col.positions[t - 1]
 
     def frames(self, cancel=None):
         """Yields (t, [positions of each object at frame t])."""
         iterators = [run.frames(cancel) for run in self.runs]
-        last: list[np.ndarray] = []
         for t in range(self.frame_count):
             if t > 0:
-                self._hold(t, last)
+                self._hold(t)
             now = []
             for i, it in enumerate(iterators):
                 _, x = next(it)
                 self._write(i, t, np.asarray(x, dtype=np.float64))
                 now.append(x)
-            last = [np.asarray(x, dtype=np.float64) for x in now]
             yield t, now
 
     def bake(self, progress=None, cancel=None) -> list[np.ndarray]:

@@ -183,7 +183,7 @@ class StableNeoHookean:
         return energy, grad, self.assembler.assemble(blocks)
 
     def all_upright(self, y):
-        return bool(np.linalg.det(self.deformation(y)).min() > 0.0)
+        return self.inverted_share(y) == 0.0
 
     def inverted_share(self, y):
         """Share of quadrature points with det F <= 0."""
