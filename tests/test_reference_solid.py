@@ -14,8 +14,8 @@ from engine.reference.lattice import Lattice
 from engine.reference.simulator import ReferenceSimulator
 from engine.reference.solid import (BARRIER_J, StableNeoHookean, cofactor, inversion_barrier,
                                    projected_pointwise_hessian)
-from engine.reference.stress import (RECOVERY_FRAMES, TRAINING_POKE, jelly_scene, recovered, recovery,
-                                     run_measured)
+from engine.reference.stress import (RECOVERY_FRAMES, TRAINING_POKE, TRAINING_SQUEEZE_LOAD, jelly_scene, recovered,
+                                     recovery, run_measured, self_overlap)
 from engine.training.shapes import _box_lattice
 
 G = 9.81
@@ -197,3 +197,21 @@ def test_the_inversion_barrier_leaves_a_crushed_compressible_jelly_upright_in_a_
           f"{r['energy_vs_resting']:+.2f} J")
     assert r["finite"] and r["inverted_end"] == 0.0
     assert r["energy_vs_resting"] < -0.5
+
+
+def test_self_overlap_counts_a_surface_passing_through_itself_and_not_a_squashed_one():
+    """The sweep's self-overlap measure: zero for the jelly, also squashed to a fifth of its width, and the
+    vertices of one part inside the other for two jellies overlapping by a third."""
+    jelly = read_mesh(ROOT / "assets" / "samples" / "jelly.obj")
+    x, faces = jelly.vertices.astype(float), np.asarray(jelly.faces)
+    assert self_overlap(x, faces) == 0
+    assert self_overlap(x * np.array([0.2, 1.5, 1.0]), faces) == 0
+    shifted = x + np.array([2.0 / 3.0 * np.ptp(x[:, 0]), 0.0, 0.0])
+    both = np.concatenate([x, shifted])
+    inside = self_overlap(both, np.concatenate([faces, faces + len(x)]))
+    assert 0.1 * len(x) < inside < len(x)
+
+
+def test_the_sweep_squeezes_at_the_generators_strongest_squeeze():
+    from engine.training.generate import MAX_SQUEEZE_STRAIN
+    assert TRAINING_SQUEEZE_LOAD == MAX_SQUEEZE_STRAIN

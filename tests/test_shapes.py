@@ -144,3 +144,41 @@ def test_sample_shapes():
     assert 700 <= len(jelly.vertices) <= 1300
     assert len(flag.vertices) == 25 * 17 and not is_watertight(flag)
     assert np.allclose(np.ptp(flag.vertices, axis=0), (0.6, 0.0, 0.4))
+
+
+def test_generated_solids_can_carry_their_own_weight():
+    """The generator never draws a solid its own weight would crush (rho g H / E above its limit:
+    a 2 kPa, 1500 kg/m^3, 1 m body could only collapse; lower for compressible bodies), while the
+    softest nearly incompressible draws stay as soft as the jelly preset (0.86)."""
+    from engine.training.generate import MAX_WEIGHT_STRAIN, MAX_WEIGHT_STRAIN_COMPRESSIBLE, random_scene
+    strains, compressible = [], []
+    for seed in range(300):
+        rng = np.random.default_rng([7, seed])
+        family = str(rng.choice(SOLID_FAMILIES))
+        mesh = make_shape(family, rng, 300)
+        _, scene = random_scene(rng, mesh, "solid", 16, 1 / 24)
+        m = scene["material"]
+        strain = m["density"] * 9.81 * np.ptp(mesh.vertices[:, 2]) / m["stiffness"]
+        (strains if m["poisson"] >= 0.4 else compressible).append(strain)
+    assert 0.86 < max(strains) <= MAX_WEIGHT_STRAIN + 1e-9
+    assert 0.9 * MAX_WEIGHT_STRAIN_COMPRESSIBLE < max(compressible) <= MAX_WEIGHT_STRAIN_COMPRESSIBLE + 1e-9
+
+
+def test_generated_squeezes_stay_below_the_self_overlap_load():
+    """A squeeze never presses harder than MAX_SQUEEZE_STRAIN of the body's stiffness (rho a L / E):
+    harder ones fold soft bodies through themselves in the reference."""
+    from engine.training.generate import MAX_SQUEEZE_STRAIN, random_scene
+    loads = []
+    for seed in range(400):
+        rng = np.random.default_rng([11, seed])
+        mesh = make_shape(str(rng.choice(SOLID_FAMILIES)), rng, 300)
+        name, scene = random_scene(rng, mesh, "solid", 16, 1 / 24)
+        if name != "squeeze":
+            continue
+        m = scene["material"]
+        a = np.asarray(scene["forces"][0]["accel"])
+        axis = int(np.argmax(np.abs(a)))
+        loads.append(m["density"] * np.abs(a).max() * np.ptp(mesh.vertices[:, axis]) / m["stiffness"])
+    assert len(loads) > 20
+    assert max(loads) <= MAX_SQUEEZE_STRAIN + 1e-9
+    assert max(loads) > 0.5 * MAX_SQUEEZE_STRAIN

@@ -21,14 +21,30 @@ import numpy as np
 from ..core.errors import SimulationFault
 from ..core.formats import read_mesh
 from ..core.measures import MeshMeasures
-from ..core.scene import setup_from_scene
+from ..core.geometry import vertex_normals, winding_numbers
+from ..core.scene import MATERIAL_PRESETS, setup_from_scene
 from .simulator import ReferenceSimulator
 
 DT = 1.0 / 24.0
 RECOVERY_FRAMES = 48            # two seconds after the load ends
 TRAINING_POKE = 300.0           # m/s^2, top of engine/training/generate.py's poke range (1 frame)
-TRAINING_SQUEEZE = 60.0         # m/s^2, top of its squeeze range (constant)
+TRAINING_SQUEEZE_LOAD = 0.25    # rho a L / E, top of its squeeze range (its MAX_SQUEEZE_STRAIN)
 SQUEEZE_FRAMES = 12
+
+
+def training_squeeze(mesh, preset="jelly"):
+    """The generator's strongest squeeze (m/s^2) on this mesh of this material, along x."""
+    m = MATERIAL_PRESETS[preset]
+    return TRAINING_SQUEEZE_LOAD * m["stiffness"] / (m["density"] * float(np.ptp(mesh.vertices[:, 0])))
+
+
+def self_overlap(x, faces):
+    """Number of vertices lying inside another part of the body: a point just outside the
+    surface (a fifth of the mean edge length along the vertex normal) with winding number above
+    ½. Zero unless the surface passes through itself."""
+    edge = float(np.linalg.norm(x[faces[:, 0]] - x[faces[:, 1]], axis=1).mean())
+    outside = x + 0.2 * edge * vertex_normals(x, faces)
+    return int((winding_numbers(outside, x, faces) > 0.5).sum())
 
 
 def jelly_scene(poke=150.0, poisson=None, frames=8 + RECOVERY_FRAMES + 1, start=6, end=8):
@@ -61,16 +77,17 @@ def run_measured(mesh, scene, lattice_cells):
     setup = setup_from_scene(mesh, scene)
     sim = ReferenceSimulator(setup, lattice_cells=lattice_cells)
     measures = MeshMeasures(setup.rest, setup.faces)
-    volume, height, finite, frames = [], [], True, None
+    volume, height, overlap, finite, frames = [], [], [], True, None
     t0 = time.perf_counter()
     try:
         for x in sim.iter_frames():
             volume.append(measures.frame(x)["volume_ratio"])
             height.append(float(np.ptp(x[:, 2])))
+            overlap.append(self_overlap(x, setup.faces))
             frames = x
     except SimulationFault:
         finite = False
-    return {"volume": np.array(volume), "height": np.array(height), "finite": finite,
+    return {"volume": np.array(volume), "height": np.array(height), "overlap": np.array(overlap), "finite": finite,
             "inverted_end": sim.inverted_share() if finite else 1.0, "last": frames,
             "energy_end": sim.energy() if finite else float("nan"),
             "seconds": time.perf_counter() - t0}
@@ -79,13 +96,20 @@ def run_measured(mesh, scene, lattice_cells):
 def recovery(run, resting):
     """Figures of a loaded run against the same body left alone, at the last frame."""
     return {"min_volume": float(run["volume"].min()), "end_volume": float(run["volume"][-1]),
+            "end_volume_vs_resting": float(run["volume"][-1] / resting["volume"][-1]),
             "end_height_vs_resting": float(run["height"][-1] / resting["height"][-1]),
             "inverted_end": run["inverted_end"], "finite": run["finite"],
+            "max_overlap": int(run["overlap"].max()), "end_overlap": int(run["overlap"][-1]),
             "energy_vs_resting": float(run["energy_end"] - resting["energy_end"])}
 
 
 def recovered(r, tol=0.05):
-    return (r["finite"] and r["min_volume"] >= 0.5 and abs(r["end_volume"] - 1.0) <= tol
+    """Back where the same body left alone is: volume and height within `tol` of the resting
+    jelly's (a compressible jelly this soft sags to 0.75 of its rest volume under its own weight
+    at nu = 0.3, so the rest volume itself is out of reach), least volume >= 0.5, nothing
+    inverted and no part inside another."""
+    return (r["finite"] and r["min_volume"] >= 0.5 and abs(r["end_volume_vs_resting"] - 1.0) <= tol
+            and r["end_overlap"] == 0
             and abs(r["end_height_vs_resting"] - 1.0) <= tol and r["inverted_end"] == 0.0)
 
 
@@ -99,7 +123,7 @@ def sweep(mesh, lattice_cells=3, multipliers=(1, 10, 100), poissons=(0.3, 0.45, 
             for case, scene, resting in (
                     ("poke", jelly_scene(poke=m * TRAINING_POKE, poisson=nu, start=1, end=2,
                                          frames=2 + RECOVERY_FRAMES + 1), rest_poke),
-                    ("squeeze", squeeze_scene(m * TRAINING_SQUEEZE, nu), rest_squeeze)):
+                    ("squeeze", squeeze_scene(m * training_squeeze(mesh), nu), rest_squeeze)):
                 run = run_measured(mesh, scene, lattice_cells)
                 row = dict(case=case, multiplier=m, poisson=nu, seconds=run["seconds"], **recovery(run, resting))
                 row["recovered"] = recovered(row)
@@ -108,13 +132,16 @@ def sweep(mesh, lattice_cells=3, multipliers=(1, 10, 100), poissons=(0.3, 0.45, 
     return rows
 
 
-TABLE_HEAD = ("| case | × training top | ν | min volume | volume 2 s after | height vs resting | "
-              "inverted at end | energy vs resting (J) | finite | recovered |\n|---|---|---|---|---|---|---|---|---|---|")
+TABLE_HEAD = ("| case | × training top | ν | min volume | volume 2 s after (vs resting) | height vs resting | "
+              "inverted at end | self-overlap max / end | energy vs resting (J) | finite | recovered |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def table_row(r):
-    return (f"| {r['case']} | {r['multiplier']}× | {r['poisson']} | {r['min_volume']:.3f} | {r['end_volume']:.3f} | "
-            f"{r['end_height_vs_resting']:.3f} | {r['inverted_end']:.1%} | {r['energy_vs_resting']:+.2f} | "
+    return (f"| {r['case']} | {r['multiplier']}× | {r['poisson']} | {r['min_volume']:.3f} | {r['end_volume']:.3f} "
+            f"({r['end_volume_vs_resting']:.3f}) | "
+            f"{r['end_height_vs_resting']:.3f} | {r['inverted_end']:.1%} | {r['max_overlap']} / {r['end_overlap']} | "
+            f"{r['energy_vs_resting']:+.2f} | "
             f"{'yes' if r['finite'] else 'NaN'} | "
             f"{'yes' if r['recovered'] else 'no'} |")
 

@@ -28,6 +28,9 @@ VALIDATION_SHARE = 0.1
 SCENARIOS = ("drop", "push", "poke", "wind", "squeeze", "twist", "swing")
 GENERATOR_LATTICE = 4          # quadratic cells (9 nodes a side), coarser than the default reference (6)
 GENERATOR_SUBSTEP = 1.0 / 48.0
+MAX_WEIGHT_STRAIN = 1.0        # rho g H / E of the softest solid drawn (the jelly preset: 0.86, nu 0.45)
+MAX_WEIGHT_STRAIN_COMPRESSIBLE = 0.4    # the same for nu < 0.4: such bodies sag by losing volume
+MAX_SQUEEZE_STRAIN = 0.25      # rho a L / E of the strongest squeeze (L: the body's length along it)
 
 
 def log_uniform(rng, lo, hi):
@@ -42,6 +45,27 @@ def random_material(rng, kind):
     return resolve_material({"kind": "solid", "stiffness": log_uniform(rng, 2e3, 2e5),
                              "density": log_uniform(rng, 100.0, 1500.0), "poisson": rng.uniform(0.2, 0.45),
                              "damping": log_uniform(rng, 0.001, 0.03), "air_damping": rng.uniform(0.0, 0.5)})
+
+
+def weight_strain_limit(poisson):
+    """Largest rho g H / E drawn: a compressible body that soft collapses under its own weight
+    (a nu = 0.21 capsule at 1.0 sinks to 0.34 of its volume with no other load; docs/PHYSICS.md)."""
+    return MAX_WEIGHT_STRAIN if poisson >= 0.4 else MAX_WEIGHT_STRAIN_COMPRESSIBLE
+
+
+def carry_own_weight(material, height, g=9.81):
+    """Stiffen a drawn solid that its own weight would crush (rho g H / E above
+    `weight_strain_limit`): such a body has no upright rest shape to learn, only a collapse."""
+    floor = material["density"] * g * height / weight_strain_limit(material["poisson"])
+    material["stiffness"] = max(material["stiffness"], floor)
+    return material
+
+
+def squeeze_limit(material, length):
+    """The strongest squeeze (m/s^2) the generator gives a solid: rho a L / E = MAX_SQUEEZE_STRAIN.
+    Harder squeezes fold a soft body through itself, which the reference (no self-contact)
+    cannot simulate faithfully (docs/PHYSICS.md (o))."""
+    return MAX_SQUEEZE_STRAIN * material["stiffness"] / (material["density"] * max(float(length), 1e-6))
 
 
 def _box(lo, hi):
@@ -74,6 +98,8 @@ def random_scene(rng, mesh, kind, frames, dt):
     scene = {"format": "neurok.scene/1", "frames": frames, "dt": dt, "gravity": [0.0, 0.0, -9.81],
              "material": random_material(rng, kind), "pins": [], "forces": [], "floor": None,
              "initial": {"velocity": [0.0, 0.0, 0.0]}}
+    if kind == "solid":
+        carry_own_weight(scene["material"], float(np.ptp(mesh.vertices[:, 2])))
     size = float(np.linalg.norm(np.ptp(mesh.vertices, axis=0)))
     zmin = float(mesh.vertices[:, 2].min())
     whole = _box([0, 0, 0], [1, 1, 1])
@@ -111,7 +137,8 @@ def random_scene(rng, mesh, kind, frames, dt):
         axis = int(rng.integers(3))
         lo_box, hi_box = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
         hi_box[axis] = 0.25
-        a = np.zeros(3); a[axis] = strength(5.0, 60.0)
+        a = np.zeros(3)
+        a[axis] = min(strength(5.0, 60.0), squeeze_limit(scene["material"], np.ptp(mesh.vertices[:, axis])))
         scene["floor"] = {"z": zmin}
         end = int(rng.integers(frames // 4, frames))
         scene["forces"].append({"select": _box(lo_box, hi_box), "accel": a.tolist(), "profile": {"type": "constant", "end": end}})
