@@ -79,7 +79,7 @@ def run_measured(mesh, scene, lattice_cells, overlap_every=4):
     setup = setup_from_scene(mesh, scene)
     sim = ReferenceSimulator(setup, lattice_cells=lattice_cells)
     measures = MeshMeasures(setup.rest, setup.faces)
-    volume, height, overlap, finite, x = [], [], [0], True, None
+    volume, height, overlap, finite, x, k = [], [], [0], True, None, 0
     t0 = time.perf_counter()
     try:
         for k, x in enumerate(sim.iter_frames()):
@@ -89,7 +89,8 @@ def run_measured(mesh, scene, lattice_cells, overlap_every=4):
                 overlap.append(self_overlap(x, setup.faces))
     except SimulationFault:
         finite = False
-    overlap_end = self_overlap(x, setup.faces) if overlap_every and finite else 0
+    measured_last = overlap_every and k % overlap_every == 0
+    overlap_end = (overlap[-1] if measured_last else self_overlap(x, setup.faces)) if overlap_every and finite else 0
     return {"volume": np.array(volume), "height": np.array(height), "finite": finite,
             "overlap_max": max(overlap + [overlap_end]), "overlap_end": overlap_end,
             "inverted_end": sim.inverted_share() if finite else 1.0, "last": x,
