@@ -179,32 +179,31 @@ def _poke(mesh, multiplier, poisson):
     return recovery(poked, resting)
 
 
-def test_a_nearly_incompressible_jelly_regains_its_volume_and_height_after_100_times_the_training_poke():
+def test_a_nearly_incompressible_jelly_springs_back_from_100_times_the_training_poke():
     """30,000 m/s^2 for one frame (1,250 m/s) on the top of a 3 kPa, nu = 0.49 jelly (sweep row (o)): 2 s later
-    it is back to the resting jelly's volume and height with nothing inverted. It keeps a small crease passing
-    through itself (28 vertices inside another part when measured), so the sweep does not count it as recovered."""
+    it is back to the resting jelly's volume and height, with nothing inverted and no part inside another."""
     jelly = read_mesh(ROOT / "assets" / "samples" / "jelly.obj")
     r = _poke(jelly, 100, 0.49)
     print(f"[o] poke 100x, nu 0.49: least volume {r['min_volume']:.3f}, 2 s after {r['end_volume_vs_resting']:.3f} of "
           f"the resting jelly's, height {r['end_height_vs_resting']:.3f}, inverted {r['inverted_end']:.1%}, "
-          f"self-overlap at the end {r['end_overlap']} vertices")
-    assert r["finite"] and r["inverted_end"] == 0.0 and r["min_volume"] >= 0.5
-    assert r["end_volume_vs_resting"] == pytest.approx(1.0, abs=0.05)
-    assert r["end_height_vs_resting"] == pytest.approx(1.0, abs=0.05)
-    assert r["end_overlap"] < 0.05 * len(jelly.vertices)
+          f"self-overlap at most {r['max_overlap']}, at the end {r['end_overlap']} vertices")
+    assert r["min_volume"] >= 0.5
+    assert recovered(r), r
 
 
-def test_the_inversion_barrier_leaves_a_crushed_compressible_jelly_upright_in_a_lower_energy_state():
-    """At nu = 0.3 the 3 kPa jelly (its weight is 0.86 of its stiffness) does not spring back from the training
-    range's top poke. Nothing is inverted (the barrier: without it 1.5 % of the material stayed inside out), and
-    the flattened jelly's energy is below that of the jelly resting upright: a lower equilibrium of so soft a body
-    under gravity, not a fold the material is stuck in (docs/PHYSICS.md (o))."""
+def test_a_compressible_jelly_springs_back_from_the_training_top_poke():
+    """At nu = 0.3 the 3 kPa jelly (its weight is 0.86 of its stiffness) poked at the generator's top: without
+    self-contact it folded flat, its creases passing through each other, into a state 1.3 J below the upright
+    jelly and stayed there; with it, it comes back (docs/PHYSICS.md (o)). It dips below half its rest volume on
+    the way (0.45: the resting jelly itself is at 0.75)."""
     r = _poke(read_mesh(ROOT / "assets" / "samples" / "jelly.obj"), 1, 0.3)
-    print(f"[o] poke 1x, nu 0.3: least volume {r['min_volume']:.3f}, 2 s after {r['end_volume']:.3f}, height "
-          f"{r['end_height_vs_resting']:.3f}, inverted {r['inverted_end']:.1%}, energy vs resting "
+    print(f"[o] poke 1x, nu 0.3: least volume {r['min_volume']:.3f}, 2 s after {r['end_volume_vs_resting']:.3f} of "
+          f"the resting jelly's, height {r['end_height_vs_resting']:.3f}, inverted {r['inverted_end']:.1%}, "
+          f"self-overlap at most {r['max_overlap']}, at the end {r['end_overlap']}, energy vs resting "
           f"{r['energy_vs_resting']:+.2f} J")
-    assert r["finite"] and r["inverted_end"] == 0.0
-    assert r["energy_vs_resting"] < -0.5
+    assert r["min_volume"] >= 0.4
+    assert recovered(r), r
+    assert abs(r["energy_vs_resting"]) < 0.3
 
 
 def test_self_overlap_counts_a_surface_passing_through_itself_and_not_a_squashed_one():

@@ -30,17 +30,18 @@ from .cloth import ClothModel
 from .interactions import collider_terms, external_accel
 from .lattice import DEFAULT_LATTICE_CELLS, Lattice
 from .pins import Pins, pinned_box
+from .self_contact import LatticeSelfContact
 from .solid import StableNeoHookean
 
 DEFAULT_SUBSTEP = 1.0 / 96.0    # longest substep, seconds
 DEFAULT_ORDER = 2               # quadratic tetrahedra: no bending locking
 
 
-def line_search(total, x, energy, slope, step):
-    """Backtracking (Armijo) step length along `step` from `x` for an energy `total(x, need_hess)`;
-    past 1e-4 it keeps halving only to stay where the energy is finite (no element inverted), so a
-    step never crosses the inversion barrier."""
-    alpha = 1.0
+def line_search(total, x, energy, slope, step, alpha=1.0):
+    """Backtracking (Armijo) step length along `step` from `x` for an energy `total(x, need_hess)`,
+    starting at `alpha` (the share of the step that self-contact allows); past 1e-4 it keeps
+    halving only to stay where the energy is finite (no element inverted), so a step never
+    crosses the inversion barrier."""
     while alpha > 1e-4:
         e_new, _, _ = total(x + alpha * step, need_hess=False)
         if e_new <= energy + 1e-4 * alpha * slope:
@@ -55,7 +56,8 @@ class ReferenceSimulator:
     """Steps a `Setup` frame by frame. `iter_frames()` yields vertex positions [N,3]."""
 
     def __init__(self, setup: Setup, lattice_cells: int = DEFAULT_LATTICE_CELLS, substep: float = DEFAULT_SUBSTEP,
-                 newton_iterations: int = 20, tolerance: float = 1e-5, order: int = DEFAULT_ORDER):
+                 newton_iterations: int = 20, tolerance: float = 1e-5, order: int = DEFAULT_ORDER,
+                 self_contact: bool = True):
         self.setup = setup
         mat = setup.material
         rest = np.asarray(setup.rest, dtype=np.float64)
@@ -79,6 +81,8 @@ class ReferenceSimulator:
             self.rest_dofs = lat.nodes
             self.elastic = StableNeoHookean(lat.nodes, lat.tets, mat["stiffness"], mat["poisson"], order=order)
             self.dof_mass = mat["density"] * lat.node_volume
+        self.self_contact = (LatticeSelfContact(self.lattice, mat["stiffness"])
+                             if self.lattice is not None and self_contact else None)
         self.vertex_mass = self._vertex_masses(setup)
         self.W3 = sp.kron(self.W, sp.identity(3), format="csr")
         self.M3 = np.repeat(self.dof_mass, 3)
@@ -195,6 +199,10 @@ class ReferenceSimulator:
                                                       need_hess)
                     e_nodes, g_nodes = e_nodes + e_cn, g_nodes + g_cn
                     H_nodes = H_cn if H_nodes is None else (H_nodes if H_cn is None else H_nodes + H_cn)
+            if self.self_contact is not None:
+                e_sc, g_sc, H_sc = self.self_contact.terms(y, need_hess)
+                e_nodes, g_nodes = e_nodes + e_sc, g_nodes + g_sc
+                H_nodes = H_sc if H_nodes is None else (H_nodes if H_sc is None else H_nodes + H_sc)
             energy = 0.5 * float(np.dot(Mh * dy, dy)) + e_el - float(np.dot(f_ext, yf)) + e_pin + e_floor \
                 + e_nodes + 0.5 / h * float(np.dot(dv, Ddv))
             grad = Mh * dy + g_el - f_ext + g_pin + self.W3.T @ g_floor + g_nodes + Ddv / h
@@ -207,21 +215,28 @@ class ReferenceSimulator:
                 H = H + H_nodes
             return energy, grad, H.tocsc()
 
-        yf = y_n.ravel() + h * v_n.ravel()
+        yf = y_n.ravel() + self._allowed(y_n.ravel(), h * v_n.ravel()) * h * v_n.ravel()
         energy, grad, H = total(yf)
         if not np.isfinite(energy):             # the inertial guess inverts an element: start at rest
             yf = y_n.ravel().copy()
             energy, grad, H = total(yf)
         for _ in range(self.newton_iterations):
             step = -self._solve(H, grad)
-            alpha = line_search(total, yf, energy, float(np.dot(grad, step)), step)
+            allowed = self._allowed(yf, step)
+            alpha = line_search(total, yf, energy, float(np.dot(grad, step)), step, allowed)
             yf = yf + alpha * step
-            if np.max(np.abs(alpha * step)) < self.tolerance * self.diagonal:
+            if allowed == 1.0 and np.max(np.abs(alpha * step)) < self.tolerance * self.diagonal:
                 break
             energy, grad, H = total(yf)
         y_new = yf.reshape(-1, 3)
         self.v = (y_new - y_n) / h
         self.y = y_new
+
+    def _allowed(self, yf, step):
+        """Share of a step that self-contact allows (1 without it)."""
+        if self.self_contact is None:
+            return 1.0
+        return self.self_contact.safe_fraction(yf.reshape(-1, 3), step)
 
     def _solve(self, H, rhs):
         """Jacobi-preconditioned conjugate gradients; H is SPD and dominated by M/h^2, so it

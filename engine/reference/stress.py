@@ -109,11 +109,12 @@ def recovery(run, resting):
 
 
 def recovered(r, tol=0.05):
-    """Back where the same body left alone is: volume and height within `tol` of the resting
-    jelly's (a compressible jelly this soft sags to 0.75 of its rest volume under its own weight
-    at nu = 0.3, so the rest volume itself is out of reach), least volume >= 0.5, nothing
-    inverted and no part inside another."""
-    return (r["finite"] and r["min_volume"] >= 0.5 and abs(r["end_volume_vs_resting"] - 1.0) <= tol
+    """Back where the same body left alone is, 2 s after the load: volume and height within `tol`
+    of the resting jelly's (a compressible jelly this soft sags to 0.75 of its rest volume under
+    its own weight at nu = 0.3, so the rest volume itself is out of reach), nothing inverted and
+    no part inside another. The least volume during the load is reported beside it, not part of
+    it (the hammer-blow check keeps its own 50 % floor)."""
+    return (r["finite"] and abs(r["end_volume_vs_resting"] - 1.0) <= tol
             and r["end_overlap"] == 0
             and abs(r["end_height_vs_resting"] - 1.0) <= tol and r["inverted_end"] == 0.0)
 
@@ -155,10 +156,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mesh", default="assets/samples/jelly.obj")
     ap.add_argument("--lattice-cells", type=int, default=3)
+    ap.add_argument("--poisson", type=float, nargs="+", default=[0.3, 0.45, 0.49],
+                    help="Poisson ratios to sweep (run several processes for several cores)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     print(TABLE_HEAD, flush=True)
-    rows = sweep(read_mesh(args.mesh), args.lattice_cells, log=lambda s: print(s, flush=True))
+    rows = sweep(read_mesh(args.mesh), args.lattice_cells, poissons=tuple(args.poisson),
+                 log=lambda s: print(s, flush=True))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
