@@ -23,15 +23,15 @@ demo: $(STAMP)
 	$(VPY) -m neurok_blender.demo --out demo_out
 
 # Training data from the reference simulator (stable neo-Hookean, quadratic cells). The folder is
-# named for the simulator and generator that made it (ref3: loads bounded by stiffness), so data
-# of an older one is never resumed into.
+# named for the simulator and generator that made it (ref4: loads bounded by stiffness, lattice
+# self-contact), so data of an older one is never resumed into.
 # 40 sequences took 9.5 minutes on 2 free cores (4.2 sequences/minute, 2026-12-01; docs/PHYSICS.md).
 data: $(STAMP)
-	$(VPY) -m engine generate --out data/train_ref3 --sequences 40 --seed 1 --workers 2
+	$(VPY) -m engine generate --out data/train_ref4 --sequences 40 --seed 1 --workers 2
 
 # The default checkpoint: data (above) + 25 minutes of training, within an hour on 2 cores.
 train: data
-	$(VPY) -m engine train --data data/train_ref3 --out runs/default.ckpt --minutes 25
+	$(VPY) -m engine train --data data/train_ref4 --out runs/default.ckpt --minutes 25
 	cp runs/default.ckpt assets/neurok_default.ckpt
 
 eval-small: $(STAMP)

@@ -8,7 +8,8 @@ mesh works. Thin sheets are cloth on the mesh itself (cloth.py).
 Time stepping is backward Euler written as minimisation of the incremental potential
     E(y) = 1/(2h^2) |y - y_n - h v_n|_M^2 + V(y) + 1/(2h) |y - y_n|_D^2,
 solved by Newton with a backtracking line search; D = alpha M + beta K is Rayleigh damping.
-V holds elasticity, gravity, painted accelerations, pins (pins.py), a floor and collision objects
+V holds elasticity, gravity, painted accelerations, pins (pins.py), self-contact of a solid's lattice
+(self_contact.py), a floor and collision objects
 (penalty with tangential friction; interactions.py), acting on mesh vertices and pulled back to the
 degrees of freedom through the interpolation matrix W (identity for cloth). Force fields
 (`setup.effectors`) are evaluated on the deformed surface at the start of every substep

@@ -63,8 +63,8 @@ def carry_own_weight(material, height, g=9.81):
 
 def squeeze_limit(material, length):
     """The strongest squeeze (m/s^2) the generator gives a solid: rho a L / E = MAX_SQUEEZE_STRAIN.
-    Harder squeezes fold a soft body through itself, which the reference (no self-contact)
-    cannot simulate faithfully (docs/PHYSICS.md (o))."""
+    Harder squeezes shear a soft body into folds finer than its lattice, where the reference's
+    self-contact does not reach and the mesh passes through itself (docs/PHYSICS.md (o))."""
     return MAX_SQUEEZE_STRAIN * material["stiffness"] / (material["density"] * max(float(length), 1e-6))
 
 
