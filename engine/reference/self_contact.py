@@ -29,7 +29,6 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.spatial import cKDTree
 
-
 EXCLUDE = 2.5           # pairs nearer than this many sub-cell sizes at rest are never checked
 KEEP = 0.5              # a step closes at most this share of a pair's gap (or of d_hat)
 
@@ -75,8 +74,7 @@ class LatticeSelfContact:
         self.d_hat = min(float(np.median(np.diff(p))) for p in lattice.sub_planes)
         self.exclude = EXCLUDE * self.d_hat
         self.kappa = float(young) * self.d_hat
-        corners = [self.S[i].indices for i in range(self.S.shape[0])]
-        self.corners = np.array(corners)                                   # [P,8] node indices
+        self.corners = self.S.indices.reshape(-1, 8)                       # [P,8] node indices
 
     def pairs(self, p, radius):
         """Sample pairs closer than `radius` in p and at least `exclude` apart at rest."""
