@@ -25,7 +25,7 @@ demo: $(STAMP)
 # Training data from the reference simulator (stable neo-Hookean, quadratic cells). The folder is
 # named for the simulator and generator that made it (ref4: loads bounded by stiffness, lattice
 # self-contact), so data of an older one is never resumed into.
-# 40 sequences took 9.5 minutes on 2 free cores (4.2 sequences/minute, 2026-12-01; docs/PHYSICS.md).
+# 40 sequences took 11 minutes on 2 free cores (3.6 sequences/minute, 2026-12-01; docs/PHYSICS.md).
 data: $(STAMP)
 	$(VPY) -m engine generate --out data/train_ref4 --sequences 40 --seed 1 --workers 2
 
