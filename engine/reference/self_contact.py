@@ -3,22 +3,22 @@
 The inversion barrier (solid.py) keeps every element upright, but it cannot stop two parts of
 a body that are far apart at rest from sliding through each other: a jelly pressed flat folds,
 and its folds cross. Contact is kept on the lattice, not the mesh, because the lattice is the
-body (the mesh only follows it) and its sub-cells are few:
+body (the mesh only follows it) and its half-cells are few:
 
-- every sub-cell of the lattice (a cell's eighth for quadratic elements) is a sample point at
+- every half-cell of the lattice (a cell's eighth for quadratic elements) is a sample point at
   the mean of its 8 corner nodes, so the samples move linearly with the nodes (matrix S);
-- two samples further apart at rest than EXCLUDE sub-cell sizes are kept at least a sub-cell
+- two samples further apart at rest than EXCLUDE half-cell sizes are kept at least a half-cell
   size `d_hat` apart by IPC's barrier -kappa (d - d_hat)^2 log(d / d_hat) (zero with its first
   two derivatives at d_hat, infinite at 0), kappa = E d_hat, so that at half the distance the
-  pair pushes with about E over a sub-cell face. Nearer pairs belong to the same few cells,
+  pair pushes with about E over a half-cell face. Nearer pairs belong to the same few cells,
   where the elasticity and its inversion barrier already rule. A layer of samples d_hat apart
   cannot be crossed without some sample of it coming within d_hat / sqrt(2) < d_hat;
 - a step limit (`safe_fraction`) lets no Newton step change the distance of a pair that could
   reach the contact band by more than half its gap (or half of d_hat), so nothing tunnels
   through the band within one step, however fast.
 
-Contact is frictionless. A fold tighter than EXCLUDE sub-cells is left to the elements, and the
-mesh can still fold inside a sub-cell: it follows the nodes trilinearly there, and a sub-cell's
+Contact is frictionless. A fold tighter than EXCLUDE half-cells is left to the elements, and the
+mesh can still fold inside a half-cell: it follows the nodes trilinearly there, and a half-cell's
 trilinear map can turn inside out near a corner while every quadrature point of the quadratic
 tetrahedra stays upright (the jelly squeezed at 10x the training top: corner Jacobians down to
 -3.3 with the least quadrature J at 0.125; docs/PHYSICS.md (o)).
@@ -29,12 +29,12 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.spatial import cKDTree
 
-EXCLUDE = 2.5           # pairs nearer than this many sub-cell sizes at rest are never checked
+EXCLUDE = 2.5           # pairs nearer than this many half-cell sizes at rest are never checked
 KEEP = 0.5              # a step closes at most this share of a pair's gap (or of d_hat)
 
 
 def subcell_samples(lattice):
-    """S [P, n]: each sub-cell's centre as the mean of its 8 corner nodes."""
+    """S [P, n]: each half-cell's centre as the mean of its 8 corner nodes."""
     p = lattice.order
     rows, cols = [], []
     offsets = [(i, j, k) for i in range(p) for j in range(p) for k in range(p)]
@@ -66,7 +66,7 @@ def barrier(d, d_hat, kappa):
 
 
 class LatticeSelfContact:
-    """Barrier between sub-cell samples that are far apart at rest, over node positions y."""
+    """Barrier between half-cell samples that are far apart at rest, over node positions y."""
 
     def __init__(self, lattice, young):
         self.S = subcell_samples(lattice)
