@@ -7,7 +7,6 @@ Arguments: multiple of the training top, Poisson ratio, output; `--cells` sets t
 the sweep). Top row: side view; bottom: from below.
 """
 import argparse
-import json
 
 import matplotlib
 
@@ -16,17 +15,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from engine.core.formats import read_mesh  # noqa: E402
-from engine.core.geometry import vertex_normals, winding_numbers  # noqa: E402
 from engine.core.scene import setup_from_scene  # noqa: E402
 from engine.reference.simulator import ReferenceSimulator  # noqa: E402
-from engine.reference.stress import squeeze_scene, training_squeeze  # noqa: E402
+from engine.reference.stress import inside_another_part, on_floor, squeeze_scene, training_squeeze  # noqa: E402
 
 FRAMES = (0, 2, 4, 8, 12, 16, 30, 60)
-
-
-def inside_another_part(x, faces):
-    edge = float(np.linalg.norm(x[faces[:, 0]] - x[faces[:, 1]], axis=1).mean())
-    return winding_numbers(x + 0.2 * edge * vertex_normals(x, faces), x, faces) > 0.5
 
 
 def main():
@@ -39,8 +32,7 @@ def main():
     mesh = read_mesh("assets/samples/jelly.obj")
     faces = np.asarray(mesh.faces)
     scene = squeeze_scene(args.multiple * training_squeeze(mesh), args.poisson)
-    scene = json.loads(json.dumps(scene).replace('"FLOOR"', repr(float(mesh.vertices[:, 2].min()))))
-    sim = ReferenceSimulator(setup_from_scene(mesh, scene), lattice_cells=args.cells)
+    sim = ReferenceSimulator(setup_from_scene(mesh, on_floor(mesh, scene)), lattice_cells=args.cells)
     x = np.array(list(sim.iter_frames()))
     frames = [f for f in FRAMES if f < len(x)]
     lo, hi = x.min(axis=(0, 1)), x.max(axis=(0, 1))

@@ -38,13 +38,23 @@ def training_squeeze(mesh, preset="jelly"):
     return TRAINING_SQUEEZE_LOAD * m["stiffness"] / (m["density"] * float(np.ptp(mesh.vertices[:, 0])))
 
 
-def self_overlap(x, faces):
-    """Number of vertices lying inside another part of the body: a point just outside the
+def inside_another_part(x, faces):
+    """Mask of the vertices lying inside another part of the body: a point just outside the
     surface (a fifth of the mean edge length along the vertex normal) with winding number above
-    ½. Zero unless the surface passes through itself."""
+    ½. All false unless the surface passes through itself."""
     edge = float(np.linalg.norm(x[faces[:, 0]] - x[faces[:, 1]], axis=1).mean())
     outside = x + 0.2 * edge * vertex_normals(x, faces)
-    return int((winding_numbers(outside, x, faces) > 0.5).sum())
+    return winding_numbers(outside, x, faces) > 0.5
+
+
+def self_overlap(x, faces):
+    """Number of vertices lying inside another part of the body (`inside_another_part`)."""
+    return int(inside_another_part(x, faces).sum())
+
+
+def on_floor(mesh, scene):
+    """The scene with its floor ("FLOOR") at the mesh's lowest point."""
+    return json.loads(json.dumps(scene).replace('"FLOOR"', repr(float(mesh.vertices[:, 2].min()))))
 
 
 def jelly_scene(poke=150.0, poisson=None, frames=8 + RECOVERY_FRAMES + 1, start=6, end=8):
@@ -75,24 +85,21 @@ def run_measured(mesh, scene, lattice_cells, overlap_every=4):
     volume over rest and height; self-overlap on every `overlap_every`-th frame and the last
     (0: never; it costs about half a second a frame on the jelly); at the end the share of
     inverted quadrature points."""
-    scene = json.loads(json.dumps(scene).replace('"FLOOR"', repr(float(mesh.vertices[:, 2].min()))))
-    setup = setup_from_scene(mesh, scene)
+    setup = setup_from_scene(mesh, on_floor(mesh, scene))
     sim = ReferenceSimulator(setup, lattice_cells=lattice_cells)
     measures = MeshMeasures(setup.rest, setup.faces)
-    volume, height, overlap, finite, x, k = [], [], [0], True, None, 0
+    volume, height, overlap, finite, x = [], [], [], True, None
     t0 = time.perf_counter()
     try:
         for k, x in enumerate(sim.iter_frames()):
             volume.append(measures.frame(x)["volume_ratio"])
             height.append(float(np.ptp(x[:, 2])))
-            if overlap_every and k % overlap_every == 0:
+            if overlap_every and (k % overlap_every == 0 or k == setup.frames - 1):
                 overlap.append(self_overlap(x, setup.faces))
     except SimulationFault:
         finite = False
-    measured_last = overlap_every and k % overlap_every == 0
-    overlap_end = (overlap[-1] if measured_last else self_overlap(x, setup.faces)) if overlap_every and finite else 0
     return {"volume": np.array(volume), "height": np.array(height), "finite": finite,
-            "overlap_max": max(overlap + [overlap_end]), "overlap_end": overlap_end,
+            "overlap_max": max(overlap, default=0), "overlap_end": overlap[-1] if overlap and finite else 0,
             "inverted_end": sim.inverted_share() if finite else 1.0, "last": x,
             "energy_end": sim.energy() if finite else float("nan"),
             "seconds": time.perf_counter() - t0}
