@@ -4,20 +4,23 @@ VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 # torch pinned to the CPU build on disk (a looser pin would download a multi-GB CUDA build)
-DEPS    := torch==2.13.0 bpy==5.0.1 "numpy>=1.24" "scipy>=1.10" threadpoolctl pytest hypothesis matplotlib
+DEPS    := torch==2.13.0 bpy==5.0.1 "numpy>=1.24" "scipy>=1.10" threadpoolctl pytest pytest-xdist hypothesis matplotlib
 
 .PHONY: venv test test-fast demo train data eval eval-small bench build build-dev check-bundle clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q $(DEPS)
 	$(VPY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
+# One pytest worker per core (pytest-xdist), each test file on one worker so its module fixtures
+# (a trained model, an installed add-on) are made once; one BLAS/OpenMP thread per worker, since
+# two workers with two threads each on two cores only wait for each other.
 test: $(STAMP)
-	$(VPY) -m pytest -q -x tests
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(VPY) -m pytest -q -x -n auto --dist loadfile tests
 
 demo: $(STAMP)
 	$(VPY) -m neurok_blender.demo --out demo_out
