@@ -161,11 +161,12 @@ def test_jelly_hammer_blow_keeps_its_volume_and_springs_back():
     r = recovery(poked, resting)
     print(f"[n] jelly hammer blow ({JELLY_CELLS} cells): least volume {r['min_volume']:.3f}, "
           f"2 s after: volume {r['end_volume']:.3f}, height {r['end_height_vs_resting']:.3f} of the resting jelly, "
-          f"inverted {r['inverted_end']:.1%}")
+          f"shape {r['shape_vs_resting']:.3f} off it, inverted {r['inverted_end']:.1%}")
     assert r["finite"]
     assert r["min_volume"] >= 0.5
     assert r["end_volume"] == pytest.approx(1.0, abs=0.05)
     assert r["end_height_vs_resting"] == pytest.approx(1.0, abs=0.05)
+    assert r["shape_vs_resting"] <= 0.05
     assert r["inverted_end"] == 0.0
 
 
@@ -181,12 +182,13 @@ def _poke(mesh, multiplier, poisson):
 
 def test_a_nearly_incompressible_jelly_springs_back_from_100_times_the_training_poke():
     """30,000 m/s^2 for one frame (1,250 m/s) on the top of a 3 kPa, nu = 0.49 jelly (sweep row (o)): 2 s later
-    it is back to the resting jelly's volume and height, with nothing inverted and no part inside another."""
+    it is back to the resting jelly's volume, height and shape, with nothing inverted and no part inside another."""
     jelly = read_mesh(ROOT / "assets" / "samples" / "jelly.obj")
     r = _poke(jelly, 100, 0.49)
     print(f"[o] poke 100x, nu 0.49: least volume {r['min_volume']:.3f}, 2 s after {r['end_volume_vs_resting']:.3f} of "
-          f"the resting jelly's, height {r['end_height_vs_resting']:.3f}, inverted {r['inverted_end']:.1%}, "
-          f"self-overlap at most {r['max_overlap']}, at the end {r['end_overlap']} vertices")
+          f"the resting jelly's, height {r['end_height_vs_resting']:.3f}, shape {r['shape_vs_resting']:.3f} off it, "
+          f"inverted {r['inverted_end']:.1%}, self-overlap at most {r['max_overlap']}, at the end {r['end_overlap']} "
+          f"vertices")
     assert r["min_volume"] >= 0.5
     assert recovered(r), r
 
@@ -198,8 +200,9 @@ def test_a_compressible_jelly_springs_back_from_the_training_top_poke():
     the way (0.45: the resting jelly itself is at 0.75)."""
     r = _poke(read_mesh(ROOT / "assets" / "samples" / "jelly.obj"), 1, 0.3)
     print(f"[o] poke 1x, nu 0.3: least volume {r['min_volume']:.3f}, 2 s after {r['end_volume_vs_resting']:.3f} of "
-          f"the resting jelly's, height {r['end_height_vs_resting']:.3f}, inverted {r['inverted_end']:.1%}, "
-          f"self-overlap at most {r['max_overlap']}, at the end {r['end_overlap']}, energy vs resting "
+          f"the resting jelly's, height {r['end_height_vs_resting']:.3f}, shape {r['shape_vs_resting']:.3f} off it, "
+          f"inverted {r['inverted_end']:.1%}, self-overlap at most {r['max_overlap']}, at the end {r['end_overlap']}, "
+          f"energy vs resting "
           f"{r['energy_vs_resting']:+.2f} J")
     assert r["min_volume"] >= 0.4
     assert recovered(r), r

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..core.errors import SimulationFault
 from ..core.formats import read_mesh
-from ..core.measures import MeshMeasures
+from ..core.measures import MeshMeasures, best_rotation
 from ..core.geometry import vertex_normals, winding_numbers
 from ..core.scene import MATERIAL_PRESETS, setup_from_scene
 from .simulator import ReferenceSimulator
@@ -105,9 +105,20 @@ def run_measured(mesh, scene, lattice_cells, overlap_every=4):
             "seconds": time.perf_counter() - t0}
 
 
+def shape_error(x, resting):
+    """RMS distance of the vertices from the same body left alone (`resting`, same vertex order)
+    after the best rotation and translation, over the body's largest extent at rest: zero when
+    the body is back in shape wherever it lies, whichever way it faces."""
+    R = best_rotation(resting, x)
+    a = (resting - resting.mean(axis=0)) @ R.T
+    b = x - x.mean(axis=0)
+    return float(np.sqrt(((a - b) ** 2).sum(axis=1).mean()) / np.ptp(resting, axis=0).max())
+
+
 def recovery(run, resting):
     """Figures of a loaded run against the same body left alone, at the last frame."""
     return {"min_volume": float(run["volume"].min()), "end_volume": float(run["volume"][-1]),
+            "shape_vs_resting": shape_error(run["last"], resting["last"]) if run["finite"] else float("inf"),
             "end_volume_vs_resting": float(run["volume"][-1] / resting["volume"][-1]),
             "end_height_vs_resting": float(run["height"][-1] / resting["height"][-1]),
             "inverted_end": run["inverted_end"], "finite": run["finite"],
@@ -118,11 +129,12 @@ def recovery(run, resting):
 def recovered(r, tol=0.05):
     """Back where the same body left alone is, 2 s after the load: volume and height within `tol`
     of the resting jelly's (a compressible jelly this soft sags to 0.75 of its rest volume under
-    its own weight at nu = 0.3, so the rest volume itself is out of reach), nothing inverted and
-    no part inside another. The least volume during the load is reported beside it, not part of
-    it (the hammer-blow check keeps its own 50 % floor)."""
+    its own weight at nu = 0.3, so the rest volume itself is out of reach), its shape within `tol`
+    (`shape_error`: volume and height alone pass a skewed lump), nothing inverted and no part
+    inside another. The least volume during the load is reported beside it, not part of it (the
+    hammer-blow check keeps its own 50 % floor)."""
     return (r["finite"] and abs(r["end_volume_vs_resting"] - 1.0) <= tol
-            and r["end_overlap"] == 0
+            and r["shape_vs_resting"] <= tol and r["end_overlap"] == 0
             and abs(r["end_height_vs_resting"] - 1.0) <= tol and r["inverted_end"] == 0.0)
 
 
@@ -146,14 +158,14 @@ def sweep(mesh, lattice_cells=3, multipliers=(1, 10, 100), poissons=(0.3, 0.45, 
 
 
 TABLE_HEAD = ("| case | × training top | ν | min volume | volume 2 s after (vs resting) | height vs resting | "
-              "inverted at end | self-overlap max / end | energy vs resting (J) | finite | recovered |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|")
+              "shape vs resting | inverted at end | self-overlap max / end | energy vs resting (J) | finite | "
+              "recovered |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def table_row(r):
     return (f"| {r['case']} | {r['multiplier']}× | {r['poisson']} | {r['min_volume']:.3f} | {r['end_volume']:.3f} "
             f"({r['end_volume_vs_resting']:.3f}) | "
-            f"{r['end_height_vs_resting']:.3f} | {r['inverted_end']:.1%} | {r['max_overlap']} / {r['end_overlap']} | "
+            f"{r['end_height_vs_resting']:.3f} | {r['shape_vs_resting']:.3f} | {r['inverted_end']:.1%} | {r['max_overlap']} / {r['end_overlap']} | "
             f"{r['energy_vs_resting']:+.2f} | "
             f"{'yes' if r['finite'] else 'NaN'} | "
             f"{'yes' if r['recovered'] else 'no'} |")
