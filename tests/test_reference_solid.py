@@ -15,7 +15,8 @@ from engine.reference.simulator import ReferenceSimulator
 from engine.reference.solid import (BARRIER_J, StableNeoHookean, cofactor, inversion_barrier,
                                    projected_pointwise_hessian)
 from engine.reference.stress import (RECOVERY_FRAMES, TRAINING_POKE, TRAINING_SQUEEZE_LOAD, jelly_scene, recovered,
-                                     recovery, run_measured, self_overlap, squeeze_scene, training_squeeze)
+                                     recovery, run_measured, self_overlap, shape_error, squeeze_scene,
+                                     training_squeeze)
 from engine.training.shapes import _box_lattice
 
 G = 9.81
@@ -220,6 +221,18 @@ def test_self_overlap_counts_a_surface_passing_through_itself_and_not_a_squashed
     both = np.concatenate([x, shifted])
     inside = self_overlap(both, np.concatenate([faces, faces + len(x)]))
     assert 0.1 * len(x) < inside < len(x)
+
+
+def test_shape_error_ignores_where_the_body_lies_and_which_way_it_faces_but_not_a_skew():
+    """The sweep's shape measure: zero for the jelly moved and turned on its side, and a skew of 20 % of its
+    height (top pushed sideways, bottom held) counts."""
+    jelly = read_mesh(ROOT / "assets" / "samples" / "jelly.obj").vertices.astype(float)
+    c, s = np.cos(1.2), np.sin(1.2)
+    turned = jelly @ np.array([[1, 0, 0], [0, c, -s], [0, s, c]]).T + np.array([3.0, -1.0, 0.5])
+    assert shape_error(turned, jelly) < 1e-9
+    height = np.ptp(jelly[:, 2])
+    skewed = jelly + np.outer(0.2 * (jelly[:, 2] - jelly[:, 2].min()), [1.0, 0.0, 0.0])
+    assert 0.02 < shape_error(skewed, jelly) < 0.2 * height / np.ptp(jelly, axis=0).max()
 
 
 def test_a_jelly_squeezed_at_the_training_top_springs_back_without_overlapping_itself():
