@@ -107,7 +107,7 @@ def run_measured(mesh, scene, lattice_cells, overlap_every=4):
 
 def shape_error(x, resting):
     """RMS distance of the vertices from the same body left alone (`resting`, same vertex order)
-    after the best rotation and translation, over the body's largest extent at rest: zero when
+    after the best rotation and translation, over the resting body's largest extent: zero when
     the body is back in shape wherever it lies, whichever way it faces."""
     R = best_rotation(resting, x)
     a = (resting - resting.mean(axis=0)) @ R.T
