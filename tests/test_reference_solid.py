@@ -15,7 +15,7 @@ from engine.reference.simulator import ReferenceSimulator
 from engine.reference.solid import (BARRIER_J, StableNeoHookean, cofactor, inversion_barrier,
                                    projected_pointwise_hessian)
 from engine.reference.stress import (RECOVERY_FRAMES, TRAINING_POKE, TRAINING_SQUEEZE_LOAD, jelly_scene, recovered,
-                                     recovery, run_measured, self_overlap, shape_error, squeeze_scene,
+                                     recovery, rest_symmetries, run_measured, self_overlap, shape_error, squeeze_scene,
                                      training_squeeze)
 from engine.training.shapes import _box_lattice
 
@@ -233,6 +233,23 @@ def test_shape_error_ignores_where_the_body_lies_and_which_way_it_faces_but_not_
     height = np.ptp(jelly[:, 2])
     skewed = jelly + np.outer(0.2 * (jelly[:, 2] - jelly[:, 2].min()), [1.0, 0.0, 0.0])
     assert 0.02 < shape_error(skewed, jelly) < 0.2 * height / np.ptp(jelly, axis=0).max()
+
+
+def test_shape_error_counts_the_same_lump_turned_by_a_symmetry_of_the_cube_as_the_same_shape():
+    """A soft jelly cube sags into a lopsided lump; after a blow it may settle in the same lump with its material
+    turned by a symmetry of the cube (the nu = 0.3 pokes of the sweep: 0.19 of its size apart vertex by vertex,
+    0.005 up to the symmetry). The rest mesh's symmetries are the 48 of the cube, the identity first."""
+    jelly = read_mesh(ROOT / "assets" / "samples" / "jelly.obj").vertices.astype(float)
+    symmetries = rest_symmetries(jelly)
+    assert len(symmetries) == 48 and np.array_equal(symmetries[0], np.arange(len(jelly)))
+    lump = jelly + np.outer(0.2 * (jelly[:, 2] - jelly[:, 2].min()), [1.0, 0.0, 0.0])     # leaning towards +x
+    centre = jelly.mean(axis=0)
+    half_turn = np.argmin(np.linalg.norm((jelly - centre)[:, None] * np.array([-1, -1, 1]) - (jelly - centre)[None],
+                                         axis=2), axis=1)           # material turned half round z
+    leaning_the_other_way_in_material = lump[half_turn]
+    assert shape_error(leaning_the_other_way_in_material, lump) > 0.02
+    assert shape_error(leaning_the_other_way_in_material, lump, symmetries) < 1e-9
+    assert len(rest_symmetries(jelly * np.array([1.0, 1.2, 1.0]))) == 16     # stretched along y: only x and z swap
 
 
 def test_a_jelly_squeezed_at_the_training_top_springs_back_without_overlapping_itself():
