@@ -56,9 +56,12 @@ def test_contact_energy_gradient_matches_finite_differences_and_hessian_is_psd()
     contact = LatticeSelfContact(lat, young=1e5)
     y = lat.nodes.copy()
     assert contact.terms(y)[0] == 0.0               # nothing is in contact at rest
-    y[lat.nodes[:, 0] > 0.15, 0] -= 0.14            # the right cube pushed into the left one's band
+    right = lat.nodes[:, 0] > 0.15
+    y[right] += [-0.1, 0.011, 0.007]                # the right cube's lattice 6 mm from the left one's (band: 13 mm),
+    y += np.random.default_rng(1).standard_normal(y.shape) * 5e-4   # off the grid: no exactly aligned edges
     e, g, H = contact.terms(y)
     assert e > 0
+    assert g.reshape(-1, 3)[right, 0].sum() < 0     # the energy falls as they part
     rng = np.random.default_rng(3)
     d = rng.standard_normal(y.shape) * 1e-7
     fd = (contact.terms(y + d, False)[0] - contact.terms(y - d, False)[0]) / 2
@@ -68,7 +71,7 @@ def test_contact_energy_gradient_matches_finite_differences_and_hessian_is_psd()
 
 def test_a_step_may_not_carry_a_part_through_another():
     """The step limit: a step that would move the right cube through the left one is cut so that no pair of
-    samples closes more than half its gap."""
+    the lattice surfaces' nodes, triangles and edges closes more than half its gap."""
     mesh = two_cubes()
     lat = Lattice(mesh.vertices, mesh.faces, 3)
     contact = LatticeSelfContact(lat, young=1e5)
@@ -76,7 +79,10 @@ def test_a_step_may_not_carry_a_part_through_another():
     step[lat.nodes[:, 0] > 0.15, 0] = -0.3          # 0.1 m past the left cube's far side
     share = contact.safe_fraction(lat.nodes, step.ravel())
     assert 0.0 < share < 0.5
-    assert contact.terms(lat.nodes + share * step)[0] < np.inf
+    moved = lat.nodes + share * step
+    left, right = lat.nodes[:, 0] < 0.15, lat.nodes[:, 0] > 0.15
+    assert moved[right, 0].min() - moved[left, 0].max() > 0.5 * contact.d_hat      # still apart, by half the band
+    assert contact.terms(moved)[0] < np.inf
 
 
 def test_self_contact_leaves_ordinary_motion_unchanged():

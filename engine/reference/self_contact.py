@@ -1,27 +1,31 @@
-"""Self-contact of a solid: distant parts of the lattice body may not pass through each other.
+"""Self-contact of a solid: distant parts of the body may not pass through each other.
 
 The inversion barrier (solid.py) keeps every element upright, but it cannot stop two parts of
 a body that are far apart at rest from sliding through each other: a jelly pressed flat folds,
-and its folds cross. Contact is kept on the lattice, not the mesh, because the lattice is the
-body (the mesh only follows it) and its half-cells are few:
+and its folds cross. Parts of a solid cannot pass through each other without their surfaces
+crossing, and the mesh follows the lattice, so contact is kept on the lattice's boundary
+surface: the outer faces of its half-cells (the sub-grid of quadratic cells), each split into
+two triangles (IPC, Li et al. 2020, point-triangle and edge-edge):
 
-- every half-cell of the lattice (a cell's eighth for quadratic elements) is a sample point at
-  the mean of its 8 corner nodes, so the samples move linearly with the nodes (matrix S);
-- two samples further apart at rest than EXCLUDE half-cell sizes are kept at least a half-cell
-  size `d_hat` apart by IPC's barrier -kappa (d - d_hat)^2 log(d / d_hat) (zero with its first
-  two derivatives at d_hat, infinite at 0), kappa = E d_hat, so that at half the distance the
-  pair pushes with about E over a half-cell face. Nearer pairs belong to the same few cells,
-  where the elasticity and its inversion barrier already rule. A layer of samples d_hat apart
-  cannot be crossed without some sample of it coming within d_hat / sqrt(2) < d_hat;
-- a step limit (`safe_fraction`) lets no Newton step change the distance of a pair that could
-  reach the contact band by more than half its gap (or half of d_hat), so nothing tunnels
-  through the band within one step, however fast.
+- every boundary node is kept at least `d_hat` (a quarter of a half-cell) from every boundary
+  triangle, and every boundary edge from every other edge, by IPC's barrier
+  -kappa (d - d_hat)^2 log(d / d_hat) (zero with its first two derivatives at d_hat, infinite
+  at 0). kappa = E h^2 / d_hat (h the half-cell size), so a pair at half the band pushes with
+  about E over a half-cell face;
+- pairs nearer than EXCLUDE half-cells at rest are never checked (on a flat face a node lies in
+  the plane of its neighbours' triangles); that takes in every pair that shares a node;
+- distances come from the closest points; their gradient is exact (the closest points move
+  with the primitives) and the Hessian keeps only the part along the contact normal, so it is
+  positive semi-definite;
+- a step limit (`safe_fraction`) lets no Newton step bring a pair closer by more than KEEP of
+  its gap (or of d_hat): a distance changes at most by the largest motion of the pair's
+  corners relative to one of them, so along a straight step nothing passes through the band.
+  The pairs that can reach the band along a step are kept for the line search on it.
 
-Contact is frictionless. A fold tighter than EXCLUDE half-cells is left to the elements, and the
-mesh can still fold inside a half-cell: it follows the nodes trilinearly there, and a half-cell's
-trilinear map can turn inside out near a corner while every quadrature point of the quadratic
-tetrahedra stays upright (the jelly squeezed at 10x the training top: corner Jacobians down to
--3.3 with the least quadrature J at 0.125; docs/PHYSICS.md (o)).
+Contact is frictionless. The mesh can still fold *inside* a half-cell while the load lasts: it
+follows the nodes trilinearly there, and a half-cell's trilinear map can turn inside out near a
+corner while every quadrature point of the quadratic tetrahedra stays upright
+(docs/PHYSICS.md (o)).
 """
 from __future__ import annotations
 
@@ -29,25 +33,9 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.spatial import cKDTree
 
-EXCLUDE = 2.5           # pairs nearer than this many half-cell sizes at rest are never checked
+D_HAT = 0.25            # contact band, in half-cell sizes
+EXCLUDE = 0.9           # pairs nearer than this many half-cell sizes at rest are never checked
 KEEP = 0.5              # a step closes at most this share of a pair's gap (or of d_hat)
-
-
-def subcell_samples(lattice):
-    """S [P, n]: each half-cell's centre as the mean of its 8 corner nodes."""
-    p = lattice.order
-    rows, cols = [], []
-    offsets = [(i, j, k) for i in range(p) for j in range(p) for k in range(p)]
-    P = len(lattice.cell_ids) * len(offsets)
-    sample = np.arange(P).reshape(len(lattice.cell_ids), len(offsets))
-    for s, d in enumerate(offsets):
-        lo = p * lattice.cell_ids + np.array(d)
-        for corner in ((i, j, k) for i in (0, 1) for j in (0, 1) for k in (0, 1)):
-            idx = lo + np.array(corner)
-            rows.append(sample[:, s])
-            cols.append(lattice.node_index[idx[:, 0], idx[:, 1], idx[:, 2]])
-    rows, cols = np.concatenate(rows), np.concatenate(cols)
-    return sp.csr_matrix((np.full(len(rows), 1.0 / 8.0), (rows, cols)), shape=(P, len(lattice.nodes)))
 
 
 def barrier(d, d_hat, kappa):
@@ -65,68 +53,215 @@ def barrier(d, d_hat, kappa):
     return e, de, dde
 
 
+def boundary_triangles(lattice):
+    """[T,3] node indices of the lattice's outer half-cell faces, two triangles per face."""
+    p = lattice.order
+    shape = tuple(len(s) - 1 for s in lattice.sub_planes)
+    occupied = np.zeros(shape, dtype=bool)
+    for d in np.ndindex(p, p, p):
+        sub = p * lattice.cell_ids + np.array(d)
+        occupied[tuple(sub.T)] = True
+    padded = np.pad(occupied, 1)
+    cells = np.argwhere(occupied)
+    tris = []
+    for axis in range(3):
+        u, v = [a for a in range(3) if a != axis]
+        for side in (0, 1):
+            step = np.zeros(3, dtype=int)
+            step[axis] = 2 * side - 1
+            nb = cells + 1 + step
+            open_face = cells[~padded[tuple(nb.T)]]
+            base = open_face.copy()
+            base[:, axis] += side
+            corners = []
+            for du, dv in ((0, 0), (1, 0), (1, 1), (0, 1)):
+                c = base.copy()
+                c[:, u] += du
+                c[:, v] += dv
+                corners.append(lattice.node_index[tuple(c.T)])
+            q = np.stack(corners, axis=1)
+            tris.append(q[:, [0, 1, 2]])
+            tris.append(q[:, [0, 2, 3]])
+    return np.concatenate(tris)
+
+
+def point_triangle(p, a, b, c):
+    """Distance from points p to triangles (a, b, c) [K,3] each, and the weights [K,4] of
+    (p, a, b, c) whose sum is the vector from the closest point to p."""
+    ab, ac, ap = b - a, c - a, p - a
+    d00, d01, d11 = (ab * ab).sum(1), (ab * ac).sum(1), (ac * ac).sum(1)
+    d20, d21 = (ap * ab).sum(1), (ap * ac).sum(1)
+    denom = np.maximum(d00 * d11 - d01 ** 2, 1e-30)
+    v = (d11 * d20 - d01 * d21) / denom
+    w = (d00 * d21 - d01 * d20) / denom
+    bary = np.stack([1.0 - v - w, v, w], axis=1)
+    inside = (bary >= 0).all(axis=1)
+    best = np.where(inside, np.linalg.norm(p - (bary[:, :1] * a + bary[:, 1:2] * b + bary[:, 2:] * c), axis=1),
+                    np.inf)
+    verts = (a, b, c)
+    for i, j in ((0, 1), (1, 2), (2, 0)):
+        e = verts[j] - verts[i]
+        t = np.clip(((p - verts[i]) * e).sum(1) / np.maximum((e * e).sum(1), 1e-30), 0.0, 1.0)
+        d = np.linalg.norm(p - verts[i] - t[:, None] * e, axis=1)
+        better = ~inside & (d < best)
+        edge_bary = np.zeros_like(bary)
+        edge_bary[:, i], edge_bary[:, j] = 1.0 - t, t
+        bary = np.where(better[:, None], edge_bary, bary)
+        best = np.where(better, d, best)
+    return best, np.concatenate([np.ones((len(p), 1)), -bary], axis=1)
+
+
+def edge_edge(p0, p1, q0, q1):
+    """Distance between segments p0p1 and q0q1 [K,3] each, and the weights [K,4] of
+    (p0, p1, q0, q1) whose sum is the vector between the closest points."""
+    d1, d2, r = p1 - p0, q1 - q0, p0 - q0
+    a, e = np.maximum((d1 * d1).sum(1), 1e-30), np.maximum((d2 * d2).sum(1), 1e-30)
+    b, c, f = (d1 * d2).sum(1), (d1 * r).sum(1), (d2 * r).sum(1)
+    denom = a * e - b * b
+    s = np.where(denom > 1e-12 * a * e, np.clip((b * f - c * e) / np.maximum(denom, 1e-30), 0.0, 1.0), 0.0)
+    t = (b * s + f) / e
+    s = np.where(t < 0, np.clip(-c / a, 0.0, 1.0), np.where(t > 1, np.clip((b - c) / a, 0.0, 1.0), s))
+    t = np.clip(t, 0.0, 1.0)
+    weights = np.stack([1.0 - s, s, -(1.0 - t), -t], axis=1)
+    diff = weights[:, :1] * p0 + weights[:, 1:2] * p1 + weights[:, 2:3] * q0 + weights[:, 3:] * q1
+    return np.linalg.norm(diff, axis=1), weights
+
+
 class LatticeSelfContact:
-    """Barrier between half-cell samples that are far apart at rest, over node positions y."""
+    """IPC barrier between the lattice's boundary nodes, triangles and edges, over node positions y."""
 
     def __init__(self, lattice, young):
-        self.S = subcell_samples(lattice)
-        self.rest = np.asarray(self.S @ lattice.nodes)
-        self.d_hat = min(float(np.median(np.diff(p))) for p in lattice.sub_planes)
-        self.exclude = EXCLUDE * self.d_hat
-        self.kappa = float(young) * self.d_hat
-        self.corners = self.S.indices.reshape(-1, 8)                       # [P,8] node indices
+        self.tris = boundary_triangles(lattice)
+        edges = np.sort(np.concatenate([self.tris[:, [0, 1]], self.tris[:, [1, 2]], self.tris[:, [2, 0]]]), axis=1)
+        self.edges = np.unique(edges, axis=0)
+        self.points = np.unique(self.tris)
+        self.rest = lattice.nodes
+        h = min(float(np.median(np.diff(p))) for p in lattice.sub_planes)
+        self.d_hat = D_HAT * h
+        self.exclude = EXCLUDE * h
+        self.kappa = float(young) * h * h / self.d_hat
+        self._along = None              # (y, step, pairs): the pairs that can meet along a step
+        self.excluded = self._excluded_keys()
 
-    def pairs(self, p, radius):
-        """Sample pairs closer than `radius` in p and at least `exclude` apart at rest."""
-        pairs = cKDTree(p).query_pairs(radius, output_type="ndarray")
-        if len(pairs) == 0:
-            return pairs.reshape(0, 2)
-        far = np.linalg.norm(self.rest[pairs[:, 0]] - self.rest[pairs[:, 1]], axis=1) >= self.exclude
-        return pairs[far]
+    def _pairs_near(self, y):
+        """Pairs that may be within d_hat of each other at y: those found for the last step
+        when y lies on it (nothing else can reach the band there), else a fresh search."""
+        if self._along is not None:
+            y0, step, pairs = self._along
+            move = y - y0
+            share = float((move * step).sum() / max((step * step).sum(), 1e-300))
+            if -1e-9 <= share <= 1.0 + 1e-9 and np.abs(move - share * step).max() <= 1e-12 * (1.0 + np.abs(y0).max()):
+                return pairs
+        return self._candidates(y, self.d_hat)
+
+    # ----- candidate pairs: node indices [K,4] (point and triangle, or edge and edge) and a kind
+    # mask (True: point-triangle)
+
+    def _excluded_keys(self):
+        """Sorted keys of the pairs never checked: nearer than `exclude` at rest (which takes in
+        every pair that shares a node)."""
+        pt, ee = self._search(self.rest, self.exclude)
+        nodes, is_pt = self._pair_nodes(pt, ee)
+        near = self.distance(self.rest, nodes, is_pt)[0] < self.exclude
+        return np.sort(pt[near[:len(pt)]] @ [len(self.tris), 1]), np.sort(ee[near[len(pt):]] @ [len(self.edges), 1])
+
+    def _search(self, y, radius, motion=None):
+        """Point-triangle pairs [K,2] (point, triangle) and edge-edge pairs [L,2] that may be
+        nearer than `radius` in y, or (with `motion` [n], how far each node may move relative to
+        the others) may come nearer than `radius` along the move."""
+        if motion is None:
+            motion = np.zeros(len(y))
+        tri_x = y[self.tris]
+        centre = tri_x.mean(axis=1)
+        size = np.linalg.norm(tri_x - centre[:, None], axis=2).max(axis=1) + motion[self.tris].max(axis=1)
+        point_size = motion[self.points]
+        pt = cKDTree(y[self.points]).sparse_distance_matrix(cKDTree(centre), radius + size.max() + point_size.max(),
+                                                            output_type="ndarray")
+        pt_pairs = np.stack([pt["i"], pt["j"]], axis=1)
+        pt_pairs = pt_pairs[pt["v"] - size[pt["j"]] - point_size[pt["i"]] < radius]
+        ends = y[self.edges]
+        mid = ends.mean(axis=1)
+        size = 0.5 * np.linalg.norm(ends[:, 0] - ends[:, 1], axis=1) + motion[self.edges].max(axis=1)
+        ee = cKDTree(mid).query_pairs(radius + 2 * size.max(), output_type="ndarray").reshape(-1, 2)
+        gap = np.linalg.norm(mid[ee[:, 0]] - mid[ee[:, 1]], axis=1)
+        ee = ee[gap - size[ee[:, 0]] - size[ee[:, 1]] < radius]
+        return pt_pairs, ee
+
+    def _pair_nodes(self, pt, ee):
+        nodes = np.concatenate([np.concatenate([self.points[pt[:, 0]][:, None], self.tris[pt[:, 1]]], axis=1),
+                                np.concatenate([self.edges[ee[:, 0]], self.edges[ee[:, 1]]], axis=1)])
+        is_pt = np.concatenate([np.ones(len(pt), bool), np.zeros(len(ee), bool)])
+        return nodes.astype(np.int64), is_pt
+
+    def _candidates(self, y, radius, motion=None):
+        """The pairs of `_search` that are checked at all (not excluded at rest)."""
+        pt, ee = self._search(y, radius, motion)
+        pt = pt[~_member(pt @ [len(self.tris), 1], self.excluded[0])]
+        ee = ee[~_member(ee @ [len(self.edges), 1], self.excluded[1])]
+        return self._pair_nodes(pt, ee)
+
+    @staticmethod
+    def distance(y, nodes, is_pt):
+        d = np.empty(len(nodes))
+        w = np.empty((len(nodes), 4))
+        x = y[nodes]
+        if is_pt.any():
+            d[is_pt], w[is_pt] = point_triangle(*(x[is_pt, k] for k in range(4)))
+        if (~is_pt).any():
+            d[~is_pt], w[~is_pt] = edge_edge(*(x[~is_pt, k] for k in range(4)))
+        return d, w
 
     def terms(self, y, need_hess=True):
         """Energy, gradient on the nodes [3n] and PSD Hessian (sparse, or None)."""
-        p = np.asarray(self.S @ y)
-        pairs = self.pairs(p, self.d_hat)
         n3 = y.size
-        if len(pairs) == 0:
+        nodes, is_pt = self._pairs_near(y)
+        if len(nodes):
+            d, w = self.distance(y, nodes, is_pt)
+            near = d < self.d_hat
+            nodes, d, w = nodes[near], d[near], w[near]
+        if len(nodes) == 0:
             return 0.0, np.zeros(n3), None
-        diff = p[pairs[:, 0]] - p[pairs[:, 1]]
-        d = np.linalg.norm(diff, axis=1)
+        diff = (w[:, :, None] * y[nodes]).sum(axis=1)
         normal = diff / np.maximum(d, 1e-15)[:, None]
         e, de, dde = barrier(d, self.d_hat, self.kappa)
-        g_samples = np.zeros_like(p)
-        np.add.at(g_samples, pairs[:, 0], de[:, None] * normal)
-        np.add.at(g_samples, pairs[:, 1], -de[:, None] * normal)
-        grad = np.asarray(self.S.T @ g_samples).ravel()
+        J = (w[:, :, None] * normal[:, None, :]).reshape(len(d), 12)                 # dd/dx of the 4 nodes
+        grad = np.zeros(n3)
+        dofs = (3 * nodes[:, :, None] + np.arange(3)).reshape(len(d), 12)
+        np.add.at(grad, dofs, de[:, None] * J)
         if not need_hess:
             return float(e.sum()), grad, None
-        # d along the pair's normal only: the tangential part (de/d < 0) is dropped, so each
-        # block is dde (w n)(w n)^T, positive semi-definite
-        nodes = np.concatenate([self.corners[pairs[:, 0]], self.corners[pairs[:, 1]]], axis=1)   # [K,16]
-        w = np.concatenate([np.full(8, 0.125), np.full(8, -0.125)])
-        J = (w[None, :, None] * normal[:, None, :]).reshape(len(pairs), 48)
         blocks = dde[:, None, None] * J[:, :, None] * J[:, None, :]
-        dofs = (3 * nodes[:, :, None] + np.arange(3)).reshape(len(pairs), 48)
-        rows = np.repeat(dofs, 48, axis=1).ravel()
-        cols = np.tile(dofs, (1, 48)).ravel()
-        H = sp.csr_matrix((blocks.ravel(), (rows, cols)), shape=(n3, n3))
+        H = sp.csr_matrix((blocks.ravel(), (np.repeat(dofs, 12, axis=1).ravel(), np.tile(dofs, (1, 12)).ravel())),
+                          shape=(n3, n3))
         return float(e.sum()), grad, H
 
     def safe_fraction(self, y, step):
-        """Largest share (<= 1) of the node step `step` [3n] that changes no pair's distance by
-        more than KEEP of its gap to zero (or of d_hat, whichever is less), for the pairs that
-        could reach the contact band along the step."""
-        p = np.asarray(self.S @ y)
-        dp = np.asarray(self.S @ step.reshape(-1, 3))
-        reach = 2.0 * float(np.linalg.norm(dp - dp.mean(axis=0), axis=1).max())
-        pairs = self.pairs(p, self.d_hat + reach)
-        if len(pairs) == 0:
+        """Largest share (<= 1) of the node step `step` [3n] that brings no pair closer by more
+        than KEEP of its gap (or of d_hat, whichever is less)."""
+        dy = step.reshape(-1, 3)
+        motion = np.linalg.norm(dy - dy[self.points].mean(axis=0), axis=1)
+        nodes, is_pt = self._candidates(y, self.d_hat, 2.0 * motion)
+        self._along = (y.copy(), dy.copy(), (nodes, is_pt))
+        if len(nodes) == 0:
             return 1.0
-        d = np.linalg.norm(p[pairs[:, 0]] - p[pairs[:, 1]], axis=1)
-        rel = np.linalg.norm(dp[pairs[:, 0]] - dp[pairs[:, 1]], axis=1)
-        risky = (d - rel < self.d_hat) & (rel > 0)
+        d, _ = self.distance(y, nodes, is_pt)
+        move = dy[nodes]
+        # a distance changes at most by the largest motion of the pair's corners relative to one
+        # of them (edge-edge: of each edge's far end, plus of the other edge's ends)
+        rel = np.where(is_pt, np.linalg.norm(move[:, 1:] - move[:, :1], axis=2).max(axis=1),
+                       np.linalg.norm(move[:, 1:2] - move[:, :1], axis=2)[:, 0]
+                       + np.linalg.norm(move[:, 2:] - move[:, :1], axis=2).max(axis=1))
+        reachable = d - rel < self.d_hat
+        self._along = (y.copy(), dy.copy(), (nodes[reachable], is_pt[reachable]))
+        risky = reachable & (rel > 0)
         if not risky.any():
             return 1.0
         return float(min(1.0, (KEEP * np.minimum(d[risky], self.d_hat) / rel[risky]).min()))
 
+
+def _member(keys, sorted_keys):
+    """Mask of `keys` found in `sorted_keys`."""
+    if len(sorted_keys) == 0:
+        return np.zeros(len(keys), bool)
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return sorted_keys[at] == keys

@@ -8,7 +8,8 @@ body must spring back once the load is gone.
 
     .venv/bin/python -m engine.reference.stress --mesh assets/samples/jelly.obj --json sweep.json
 
-prints the sweep as a markdown table (docs/PHYSICS.md quotes it).
+prints the sweep as a markdown table (docs/PHYSICS.md quotes it);
+`--weightless 10 0.45` runs one squeeze row and then goes on without gravity.
 """
 from __future__ import annotations
 
@@ -178,6 +179,27 @@ def sweep(mesh, lattice_cells=3, multipliers=(1, 10, 100), poissons=(0.3, 0.45, 
     return rows
 
 
+def weightless_after(mesh, scene, lattice_cells=3, seconds=3.0, every=0.5):
+    """Run a scene (its floor at the mesh's lowest point), then go on with gravity and the floor
+    taken away. Returns (seconds after the scene's end, shape against the rest mesh up to its
+    symmetries, vertices inside another part) at the end and every `every` seconds: a body that
+    springs back returns to its rest shape there, whatever state its weight held it in."""
+    setup = setup_from_scene(mesh, on_floor(mesh, scene))
+    sim = ReferenceSimulator(setup, lattice_cells=lattice_cells)
+    rest = np.asarray(mesh.vertices, dtype=float)
+    symmetries = rest_symmetries(rest)
+    for x in sim.iter_frames():
+        pass
+    measured = [(0.0, shape_error(x, rest, symmetries), self_overlap(x, setup.faces))]
+    setup.gravity, setup.floor_z = np.zeros(3), None
+    per = max(1, round(every / setup.dt))
+    for k in range(1, round(seconds / setup.dt) + 1):
+        x = sim.step_frame()
+        if k % per == 0:
+            measured.append((k * setup.dt, shape_error(x, rest, symmetries), self_overlap(x, setup.faces)))
+    return measured
+
+
 TABLE_HEAD = ("| case | × training top | ν | min volume | volume 2 s after (vs resting) | height vs resting | "
               "shape vs resting | inverted at end | self-overlap max / end | energy vs resting (J) | finite | "
               "recovered |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -199,7 +221,18 @@ def main(argv=None):
     ap.add_argument("--poisson", type=float, nargs="+", default=[0.3, 0.45, 0.49],
                     help="Poisson ratios to sweep (run several processes for several cores)")
     ap.add_argument("--json")
+    ap.add_argument("--weightless", nargs=2, type=float, metavar=("MULTIPLE", "POISSON"),
+                    help="instead of the sweep: the squeeze row of this multiple and Poisson ratio, then 3 s "
+                         "with gravity and the floor taken away (shape against the rest mesh)")
     args = ap.parse_args(argv)
+    if args.weightless:
+        mesh = read_mesh(args.mesh)
+        multiple, poisson = args.weightless
+        for t, shape, inside in weightless_after(mesh, squeeze_scene(multiple * training_squeeze(mesh), poisson),
+                                                 args.lattice_cells):
+            print(f"{t:.1f} s without gravity: shape {shape:.3f} of the body's size off its rest shape, "
+                  f"{inside} vertices inside another part", flush=True)
+        return
     print(TABLE_HEAD, flush=True)
     rows = sweep(read_mesh(args.mesh), args.lattice_cells, poissons=tuple(args.poisson),
                  log=lambda s: print(s, flush=True))
