@@ -6,7 +6,7 @@ import pytest
 from engine.core.formats import Mesh
 from engine.core.scene import setup_from_scene
 from engine.reference.lattice import Lattice
-from engine.reference.self_contact import LatticeSelfContact
+from engine.reference.self_contact import LatticeSelfContact, edge_edge, point_triangle
 from engine.reference.simulator import ReferenceSimulator
 from engine.training.shapes import _box_lattice
 
@@ -96,3 +96,28 @@ def test_self_contact_leaves_ordinary_motion_unchanged():
                                              self_contact=flag).iter_frames())) for flag in (False, True)]
     assert np.ptp(runs[0][:, :, 2]) > 0.01          # it does swing
     np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def test_point_triangle_and_edge_edge_distances_match_a_dense_search():
+    """The closest-point distances the contact is built on, against the least distance over dense samples of
+    the triangles and segments (random shapes, every closest-point region), and their weights give the vector
+    between the closest points."""
+    rng = np.random.default_rng(5)
+    p, a, b, c = rng.standard_normal((4, 60, 3))
+    d, w = point_triangle(p, a, b, c)
+    u, v = np.meshgrid(np.linspace(0, 1, 121), np.linspace(0, 1, 121))
+    uv = np.stack([u.ravel(), v.ravel()], axis=1)
+    uv = uv[uv.sum(axis=1) <= 1]
+    for k in range(len(p)):
+        on_triangle = a[k] + uv[:, :1] * (b[k] - a[k]) + uv[:, 1:] * (c[k] - a[k])
+        sampled = np.linalg.norm(on_triangle - p[k], axis=1).min()
+        assert d[k] <= sampled + 1e-12 and sampled - d[k] < 0.01 * (1 + d[k])
+        assert np.linalg.norm(w[k] @ np.stack([p[k], a[k], b[k], c[k]])) == pytest.approx(d[k])
+    d, w = edge_edge(p, a, b, c)
+    t = np.linspace(0, 1, 401)[:, None]
+    for k in range(len(p)):
+        sampled = np.linalg.norm((p[k] + t * (a[k] - p[k]))[:, None] - (b[k] + t * (c[k] - b[k]))[None], axis=2).min()
+        assert d[k] <= sampled + 1e-12 and sampled - d[k] < 0.01 * (1 + d[k])
+        assert np.linalg.norm(w[k] @ np.stack([p[k], a[k], b[k], c[k]])) == pytest.approx(d[k])
+    parallel = edge_edge(np.zeros((1, 3)), np.array([[1.0, 0, 0]]), np.array([[0.5, 0.2, 0]]), np.array([[2.0, 0.2, 0]]))[0]
+    assert parallel[0] == pytest.approx(0.2)

@@ -202,6 +202,8 @@ class LatticeSelfContact:
 
     @staticmethod
     def distance(y, nodes, is_pt):
+        """Distance [K] of each pair at y, and the weights [K,4] of its nodes whose sum is the
+        vector between its closest points."""
         d = np.empty(len(nodes))
         w = np.empty((len(nodes), 4))
         x = y[nodes]
@@ -239,10 +241,12 @@ class LatticeSelfContact:
         """Largest share (<= 1) of the node step `step` [3n] that brings no pair closer by more
         than KEEP of its gap (or of d_hat, whichever is less)."""
         dy = step.reshape(-1, 3)
+        # a pair's distance changes at most by the motions of its two primitives relative to a
+        # common one (here the mean); twice that is searched, for margin
         motion = np.linalg.norm(dy - dy[self.points].mean(axis=0), axis=1)
         nodes, is_pt = self._candidates(y, self.d_hat, 2.0 * motion)
-        self._along = (y.copy(), dy.copy(), (nodes, is_pt))
         if len(nodes) == 0:
+            self._along = (y.copy(), dy.copy(), (nodes, is_pt))
             return 1.0
         d, _ = self.distance(y, nodes, is_pt)
         move = dy[nodes]
