@@ -4,7 +4,9 @@ another part of the body marked in black.
     .venv/bin/python docs/figures/reference_squeeze.py 10 0.45 docs/figures/reference_squeeze_10x.png
 
 Arguments: multiple of the training top, Poisson ratio, output; `--cells` sets the lattice (3, as
-the sweep). Top row: side view; bottom: from below.
+the sweep); `--weightless` adds two frames after gravity and the floor are taken away at the end
+(1 and 2.5 s later; stress.weightless_after measures the same). Top row: side view; bottom: from
+below.
 """
 import argparse
 
@@ -28,13 +30,25 @@ def main():
     ap.add_argument("poisson", type=float)
     ap.add_argument("out")
     ap.add_argument("--cells", type=int, default=3)
+    ap.add_argument("--weightless", action="store_true")
     args = ap.parse_args()
     mesh = read_mesh("assets/samples/jelly.obj")
     faces = np.asarray(mesh.faces)
     scene = squeeze_scene(args.multiple * training_squeeze(mesh), args.poisson)
-    sim = ReferenceSimulator(setup_from_scene(mesh, on_floor(mesh, scene)), lattice_cells=args.cells)
-    x = np.array(list(sim.iter_frames()))
+    setup = setup_from_scene(mesh, on_floor(mesh, scene))
+    sim = ReferenceSimulator(setup, lattice_cells=args.cells)
+    x = list(sim.iter_frames())
     frames = [f for f in FRAMES if f < len(x)]
+    titles = [f"frame {f}" for f in frames]
+    if args.weightless:
+        setup.gravity, setup.floor_z = np.zeros(3), None
+        end = len(x) - 1
+        for k in range(1, 61):
+            x.append(sim.step_frame())
+            if k in (24, 60):
+                frames.append(end + k)
+                titles.append(f"+{k / 24:g} s weightless")
+    x = np.array(x)
     lo, hi = x.min(axis=(0, 1)), x.max(axis=(0, 1))
     fig = plt.figure(figsize=(2.2 * len(frames), 4.6))
     for i, f in enumerate(frames):
@@ -50,7 +64,7 @@ def main():
             ax.view_init(elev=elev, azim=azim)
             ax.set_axis_off()
             if row == 0:
-                ax.set_title(f"frame {f}\n{bad.sum()} inside", fontsize=8)
+                ax.set_title(f"{titles[i]}\n{bad.sum()} inside", fontsize=8)
     fig.suptitle(f"jelly squeezed at {args.multiple:g}x the training top (rho a L / E = {0.25 * args.multiple:g}) "
                  f"for 12 frames, nu {args.poisson}, {args.cells}-cell lattice, reference with self-contact", fontsize=9)
     plt.tight_layout()
