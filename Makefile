@@ -30,11 +30,11 @@ demo: $(STAMP)
 # self-contact), so data of an older one is never resumed into.
 # 40 sequences took 11 minutes on 2 free cores (3.6 sequences/minute, 2026-12-01; docs/PHYSICS.md).
 data: $(STAMP)
-	$(VPY) -m engine generate --out data/train_ref4 --sequences 40 --seed 1 --workers 2
+	$(VPY) -m engine generate --out data/train_ref5 --sequences 40 --seed 1 --workers 2
 
 # The default checkpoint: data (above) + 25 minutes of training, within an hour on 2 cores.
 train: data
-	$(VPY) -m engine train --data data/train_ref4 --out runs/default.ckpt --minutes 25
+	$(VPY) -m engine train --data data/train_ref5 --out runs/default.ckpt --minutes 25
 	cp runs/default.ckpt assets/neurok_default.ckpt
 
 eval-small: $(STAMP)

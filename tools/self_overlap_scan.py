@@ -2,7 +2,7 @@
 vertices lying inside another part of the body (engine/reference/stress.py `self_overlap`) over
 every `--every`-th frame, and the least enclosed volume. Lists the sequences that overlap.
 
-    python tools/self_overlap_scan.py data/train_ref4 --every 2
+    python tools/self_overlap_scan.py data/train_ref5 --every 2
 """
 from __future__ import annotations
 
