@@ -200,7 +200,7 @@ class ReferenceSimulator:
                                                       need_hess)
                     e_nodes, g_nodes = e_nodes + e_cn, g_nodes + g_cn
                     H_nodes = H_cn if H_nodes is None else (H_nodes if H_cn is None else H_nodes + H_cn)
-            if self.self_contact is not None:
+            if self._contact_on():
                 e_sc, g_sc, H_sc = self.self_contact.terms(y, need_hess)
                 e_nodes, g_nodes = e_nodes + e_sc, g_nodes + g_sc
                 H_nodes = H_sc if H_nodes is None else (H_nodes if H_sc is None else H_nodes + H_sc)
@@ -233,9 +233,14 @@ class ReferenceSimulator:
         self.v = (y_new - y_n) / h
         self.y = y_new
 
+    def _contact_on(self):
+        """Self-contact holds while every element is upright: a state that starts inverted has its
+        surface inside out, and must pass through itself to come right (the barrier is off then too)."""
+        return self.self_contact is not None and self.elastic.barrier
+
     def _allowed(self, yf, step):
         """Share of a step that self-contact allows (1 without it)."""
-        if self.self_contact is None:
+        if not self._contact_on():
             return 1.0
         return self.self_contact.safe_fraction(yf.reshape(-1, 3), step)
 
@@ -258,6 +263,7 @@ class ReferenceSimulator:
     def step_frame(self):
         for k in range(self.substeps):
             if self.lattice is not None:        # a state that starts inverted is first solved without the barrier
+                                                # (and without self-contact)
                 self.elastic.barrier = self.elastic.all_upright(self.y)
             self._step(self.frame, (k + 1) / self.substeps)
         self.frame += 1
