@@ -26,9 +26,9 @@ demo: $(STAMP)
 	$(VPY) -m neurok_blender.demo --out demo_out
 
 # Training data from the reference simulator (stable neo-Hookean, quadratic cells). The folder is
-# named for the simulator and generator that made it (ref4: loads bounded by stiffness, lattice
-# self-contact), so data of an older one is never resumed into.
-# 40 sequences took 11 minutes on 2 free cores (3.6 sequences/minute, 2026-12-01; docs/PHYSICS.md).
+# named for the simulator and generator that made it (ref5: loads bounded by stiffness,
+# self-contact on the lattice's surface), so data of an older one is never resumed into.
+# 40 sequences took 20 minutes on 2 free cores (2.0 sequences/minute, 2026-12-02; docs/PHYSICS.md).
 data: $(STAMP)
 	$(VPY) -m engine generate --out data/train_ref5 --sequences 40 --seed 1 --workers 2
 
