@@ -198,14 +198,18 @@ def test_a_hundred_times_the_force_never_inverts_a_sample(model):
 
 # --------------------------------------------------------------------------- sliders
 
-def _settled_sag(model, mesh, stiffness, density):
-    setup = make_setup(mesh, frames=60, material={"stiffness": stiffness, "density": density, "damping": 0.02,
-                                                  "air_damping": 5.0},
+def _settled_sag(model, mesh, stiffness, density, budget=240):
+    """Mean displacement once it changes by less than 0.2 % over a frame (checked from frame 40,
+    within a budget of frames: how fast the last digits settle depends on the CPU's rounding)."""
+    setup = make_setup(mesh, frames=budget, material={"stiffness": stiffness, "density": density, "damping": 0.02,
+                                                      "air_damping": 5.0},
                        pins=[{"select": {"box": {"min": [0, 0, 0], "max": [0.15, 1, 1]}}}])
-    xs = NeurokRun(model, setup).bake()
-    sag = np.linalg.norm(xs - xs[0], axis=2).mean(axis=1) / diagonal(mesh)
-    assert abs(sag[-1] - sag[-2]) < 2e-3 * sag[-1], "not settled"
-    return sag[-1]
+    sag = []
+    for t, x in NeurokRun(model, setup).frames():
+        sag.append(float(np.linalg.norm(x - setup.x0, axis=1).mean()) / diagonal(mesh))
+        if t >= 40 and abs(sag[-1] - sag[-2]) < 2e-3 * sag[-1]:
+            return sag[-1]
+    raise AssertionError(f"not settled in {budget} frames (last change {abs(sag[-1] - sag[-2]) / sag[-1]:.2%})")
 
 
 @pytest.mark.parametrize("family,seed,stiffness", (("box", 1, 4e5), ("sphere", 2, 4e5)))
@@ -229,7 +233,8 @@ def test_free_fall_is_rigid_and_independent_of_density(model, integrator):
         run = NeurokRun(model, setup, integrator=integrator)
         runs.append(run.bake())
     light, heavy = runs
-    assert np.abs(light - heavy).max() < 1e-6 * diagonal(mesh)
+    # the same to 1e-6 of the size, or to a few float32 steps at the 5 m the body has fallen
+    assert np.abs(light - heavy).max() < 1e-6 * diagonal(mesh) + 4 * np.spacing(np.float32(np.abs(light).max()))
     drop = com(run.scene, light) - com(run.scene, light[0])
     t = np.arange(frames) * dt
     h = dt / 2

@@ -139,8 +139,8 @@ def test_fault_mid_run_keeps_good_frames_in_the_output(tmp_path, tiny_model, cap
     import engine.learned.runtime as runtime
     original = runtime.integrator_step
 
-    def failing(scene, frame, *rest):   # a step that gives NaN from frame 4 on
-        q1, qd1, ok = original(scene, frame, *rest)
+    def failing(scene, frame, *rest, **options):   # a step that gives NaN from frame 4 on
+        q1, qd1, ok = original(scene, frame, *rest, **options)
         return (q1 * np.nan, qd1, ok) if frame >= 4 else (q1, qd1, ok)
 
     runtime.integrator_step = failing

@@ -65,6 +65,8 @@ class Together:
         if len(runs) != len(carriers):
             raise NeurokError("Together: one list of carriers per run")
         self.runs, self.carriers = list(runs), carriers
+        for run in self.runs:   # lockstep: a frame is released before the next is stepped (no frames held for the guard)
+            run.retry_window = 1
         self.frame_count = self.runs[0].setup.frames if self.runs else 0
 
     def _write(self, i, t, x):

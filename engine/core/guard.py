@@ -29,6 +29,7 @@ SOLID_GROWTH = (1.80, 3.00)
 SOLID_VOLUME_FLOOR = 0.20          # never accept less than 20% of the rest volume
 SOLID_FLIPPED = 0.40               # share of surface triangles turned against the body's best-fit rotation
 GUARD_SAMPLE = 10_000             # edges, triangles and points the strain and flip checks look at (a fixed sample)
+QUICK_SAMPLE = 1_000               # the same for the quick check between two full ones (no volume)
                                    # (bending legitimately turns a free end: the reference bends 21% this way)
 # ---- cloth (stiffness = membrane stiffness k in N/m, density = areal density in kg/m^2)
 CLOTH_STRAIN_MEAN = (0.10, 0.50)
@@ -177,6 +178,7 @@ class Guard:
         # strain, flips and rotation on a fixed sample of 10,000 elements: at 100k vertices the full
         # check cost more than the step itself; a broken bake breaks many elements at once
         self.measures = MeshMeasures(setup.rest, setup.faces, max_elements=GUARD_SAMPLE)
+        self.quick_measures = MeshMeasures(setup.rest, setup.faces, max_elements=QUICK_SAMPLE, with_volume=False)
         self.limits = limits or limits_for(setup, self.measures.diagonal)
         mat = setup.material
         preset = mat.get("preset")
@@ -200,12 +202,13 @@ class Guard:
             lim.volume_low = min(lim.volume_low, vr / INITIAL_MARGIN) if vr > 0 else -math.inf
             lim.volume_high = max(lim.volume_high, vr * INITIAL_MARGIN)
 
-    def measure(self, x) -> dict | None:
-        """The guard's measures of one frame (None if it is not finite)."""
+    def measure(self, x, quick=False) -> dict | None:
+        """The guard's measures of one frame (None if it is not finite). `quick`: on the small
+        sample, without the volume (see `core.run.Run.frames` for when each is used)."""
         x = np.asarray(x, np.float64)
         if not np.all(np.isfinite(x)):
             return None
-        mm = self.measures
+        mm = self.quick_measures if quick else self.measures
         strain = mm.edge_strain(x)
         R = mm.rotation(x)
         return {"growth": mm.growth(x, R),
@@ -213,11 +216,11 @@ class Guard:
                 # the worst 1% of edges, not the single worst: a sliver edge a few micrometres long
                 # next to a poke can triple its length in a correct simulation
                 "edge_strain_max": float(np.quantile(strain, EDGE_QUANTILE)) if len(strain) else 0.0,
-                "volume_ratio": mm.volume_ratio(x) if self.limits.volume_low is not None else None,
+                "volume_ratio": mm.volume_ratio(x) if self.limits.volume_low is not None and not quick else None,
                 "flipped_share": mm.flipped_share(x, R) if self.limits.flipped_share is not None else 0.0}
 
-    def check(self, frame: int, x) -> Violation | None:
-        m = self.measure(x)
+    def check(self, frame: int, x, quick=False) -> Violation | None:
+        m = self.measure(x, quick)
         if m is None:
             return Violation(frame, "finite", math.nan, math.nan, self.what)
         lim = self.limits

@@ -17,6 +17,8 @@ import numpy as np
 
 from .geometry import is_closed, mesh_volume
 
+ROTATION_POINTS = 2_000   # points the best-fit rotation is taken from (a fixed sample)
+
 
 def unique_edges(faces) -> np.ndarray:
     faces = np.asarray(faces)
@@ -27,10 +29,25 @@ def unique_edges(faces) -> np.ndarray:
 def best_rotation(rest, x) -> np.ndarray:
     """Rotation R minimising |R (rest - c_rest) - (x - c_x)| (Kabsch), det R = +1."""
     a = rest - rest.mean(axis=0)
-    b = x - x.mean(axis=0)
-    u, _, vt = np.linalg.svd(b.T @ a)
+    u, _, vt = np.linalg.svd((x - x.mean(axis=0)).T @ a)
     d = np.sign(np.linalg.det(u @ vt)) or 1.0
     return u @ np.diag([1.0, 1.0, d]) @ vt
+
+
+def _columns(index_array) -> tuple:
+    """The columns of an [M,k] index array, each contiguous (np.take is fastest with those)."""
+    return tuple(np.ascontiguousarray(index_array[:, j]) for j in range(index_array.shape[1]))
+
+
+def _cross_rows(x, corners, xt=None) -> np.ndarray:
+    """(x1 - x0) x (x2 - x0) per triangle as [3,F], `corners` the face columns (`_columns`):
+    coordinates in rows, so every operation is on contiguous vectors (several times faster
+    than np.cross on [F,3] at these sizes)."""
+    xt = np.ascontiguousarray(np.asarray(x, np.float64).T) if xt is None else xt
+    p0 = np.take(xt, corners[0], axis=1)        # np.take: several times faster than fancy indexing here
+    u = np.take(xt, corners[1], axis=1) - p0
+    v = np.take(xt, corners[2], axis=1) - p0
+    return np.stack([u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0]])
 
 
 @dataclass
@@ -39,6 +56,7 @@ class MeshMeasures:
     rest: np.ndarray
     faces: np.ndarray
     max_elements: int | None = None   # strain and flips on at most this many edges / triangles (a fixed sample)
+    with_volume: bool = True          # False: no enclosed volume (it needs every triangle)
 
     def __post_init__(self):
         self.rest = np.asarray(self.rest, np.float64)
@@ -56,34 +74,53 @@ class MeshMeasures:
             np.sort(np.random.default_rng(1).choice(n, self.max_elements, replace=False))   # rotation, growth
         self.rest_lengths = np.linalg.norm(self.rest[self.edges[:, 1]] - self.rest[self.edges[:, 0]], axis=1)
         self.edge_ok = self.rest_lengths > 1e-12 * max(self.diagonal, 1e-30)
-        self.closed = bool(len(self.all_faces)) and is_closed(self.all_faces)
+        self.closed = self.with_volume and bool(len(self.all_faces)) and is_closed(self.all_faces)
         self.rest_volume = mesh_volume(self.rest, self.all_faces) if self.closed else 0.0
+        self.rest_lengths = self.rest_lengths[self.edge_ok]
+        self.edges = self.edges[self.edge_ok]
+        self.edge_ends, self.face_corners, self.all_corners = _columns(self.edges), _columns(self.faces), _columns(self.all_faces)
         self.rest_normals = self._normals(self.rest)
+        self.normal_ok = np.linalg.norm(self.rest_normals, axis=1) > 0
+        self.rotation_points = self.points if len(self.points) <= ROTATION_POINTS else \
+            self.points[np.random.default_rng(2).choice(len(self.points), ROTATION_POINTS, replace=False)]
+        self.rest_centred = self.rest[self.rotation_points] - self.rest[self.rotation_points].mean(axis=0)
 
     @property
     def diagonal(self) -> float:
-        return float(np.linalg.norm(np.ptp(self.rest, axis=0))) or 1.0
+        if not hasattr(self, "_diagonal"):
+            self._diagonal = float(np.linalg.norm(np.ptp(self.rest, axis=0))) or 1.0
+        return self._diagonal
 
     def _normals(self, x):
         f = self.faces
         if not len(f):
             return np.zeros((0, 3))
-        return np.cross(x[f[:, 1]] - x[f[:, 0]], x[f[:, 2]] - x[f[:, 0]])
+        return _cross_rows(x, self.face_corners).T
 
     def rotation(self, x, sampled=False) -> np.ndarray:
-        """The frame's best-fit rotation (from the sample of points when the mesh is large)."""
+        """The frame's best-fit rotation (from a fixed sample of ROTATION_POINTS points; `sampled`:
+        x holds only `self.points`)."""
         x = np.asarray(x, np.float64)
-        return best_rotation(self.rest[self.points], x if sampled else x[self.points])
+        if sampled:
+            x = np.asarray(x)[np.searchsorted(self.points, self.rotation_points)]
+        else:
+            x = x[self.rotation_points]
+        u, _, vt = np.linalg.svd((x - x.mean(axis=0)).T @ self.rest_centred)
+        d = np.sign(np.linalg.det(u @ vt)) or 1.0
+        return u @ np.diag([1.0, 1.0, d]) @ vt
 
     def volume_ratio(self, x) -> float | None:
         if not self.closed or abs(self.rest_volume) < 1e-30:
             return None
-        return mesh_volume(np.asarray(x, np.float64), self.all_faces) / self.rest_volume
+        xt = np.ascontiguousarray(np.asarray(x, np.float64).T)
+        a = np.take(xt, self.all_corners[0], axis=1)
+        n = _cross_rows(x, self.all_corners, xt)
+        return float(np.einsum("ij,ij->", a, n)) / 6.0 / self.rest_volume
 
     def edge_strain(self, x) -> np.ndarray:
         x = np.asarray(x, np.float64)
-        lengths = np.linalg.norm(x[self.edges[:, 1]] - x[self.edges[:, 0]], axis=1)
-        return np.abs(lengths[self.edge_ok] / self.rest_lengths[self.edge_ok] - 1.0)
+        d = np.take(x, self.edge_ends[1], axis=0) - np.take(x, self.edge_ends[0], axis=0)
+        return np.abs(np.sqrt(np.einsum("ij,ij->i", d, d)) / self.rest_lengths - 1.0)
 
     def flipped_share(self, x, R=None) -> float:
         """Share of triangles whose normal points against the rigidly rotated rest normal
@@ -92,14 +129,15 @@ class MeshMeasures:
             return 0.0
         x = np.asarray(x, np.float64)
         R = self.rotation(x) if R is None else R
+        ok = self.normal_ok
+        if not np.any(ok):
+            return 0.0
         n = self._normals(x)
-        n0 = self.rest_normals @ R.T
-        ok = np.linalg.norm(n0, axis=1) > 0
-        return float(np.mean(np.einsum("ij,ij->i", n[ok], n0[ok]) < 0.0)) if np.any(ok) else 0.0
+        return float(np.mean(np.einsum("ij,ij->i", n[ok], self.rest_normals[ok] @ R.T) < 0.0))
 
     def growth(self, x, R=None) -> float:
         """Bounding-box diagonal of the frame in the body's own (best-fit rotated) frame, over rest."""
-        x = np.asarray(x, np.float64)[self.points]
+        x = np.take(np.asarray(x, np.float64), self.points, axis=0)
         R = self.rotation(x, sampled=True) if R is None else R
         local = (x - x.mean(axis=0)) @ R
         return float(np.linalg.norm(np.ptp(local, axis=0))) / self.diagonal

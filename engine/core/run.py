@@ -5,6 +5,13 @@ Every frame either engine yields passes the plausibility guard (`guard.py`) here
 place both share: a frame that breaks a limit is recomputed by the engine with more substeps
 (`_retry_frame`), and if it still breaks it the run stops with `ImplausibleFrame` at the last
 plausible frame. No caller ever receives the implausible frame.
+
+An engine that can recompute any of its last `retry_window` frames (the learned engine keeps
+their latent states) is checked in full only every `retry_window`-th frame and at the last
+one; the frames between get the guard's quick check (a small fixed sample of the same
+measures, volume left out), and are held back until the full check after them passes. When a
+check fails, the held frames are checked in full from the oldest, the first one that breaks a
+limit is recomputed, and the engine goes on from there.
 """
 from __future__ import annotations
 
@@ -45,20 +52,58 @@ class Run:
 
     def _retry_frame(self, t: int, factor: int):
         """Recompute frame t (t >= 1) from the state after frame t - 1 with `factor` times the
-        substeps and return its positions; later frames of `_iter_frames` must then continue from
-        the recomputed state. Called only between two frames of `_iter_frames`, right after frame
-        t was yielded. Default: no retry (None)."""
+        substeps and return its positions; the next frame `_iter_frames` yields must then be
+        t + 1, continued from the recomputed state. Called between two frames of `_iter_frames`,
+        at most `retry_window` frames after frame t was yielded. Default: no retry (None)."""
         return None
+
+    retry_window = 1     # how many frames back `_retry_frame` can go (1: only the frame just yielded)
 
     def frames(self, cancel=None):
         guard = self.guard
-        for t, x in enumerate(self._iter_frames()):
+        held = []                       # (t, x) computed but not yet released
+        every = max(1, int(self.retry_window))
+        last = self.setup.frames - 1
+        t = -1
+        frames = self._iter_frames()
+        while True:
+            try:
+                x = next(frames)
+            except StopIteration:
+                return
+            except SimulationFault:     # the engine stopped: the held frames that pass in full go out first
+                for s, xs in held:
+                    if guard.check(s, xs) is not None:
+                        break
+                    yield s, xs
+                raise
+            t += 1
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"cancelled at frame {t}")
             x = np.asarray(x, dtype=np.float32)
-            if guard is not None and t > 0:
-                x = self._guarded(guard, t, x)
-            yield t, x
+            if guard is None or t == 0:
+                yield t, x
+                continue
+            held.append((t, x))
+            quick_ok = every == 1 or guard.check(t, x, quick=True) is None
+            if quick_ok and len(held) < every and t < last:
+                continue
+            if quick_ok and guard.check(t, x) is None:
+                yield from held
+            else:
+                t = yield from self._release_checked(guard, held)
+            held = []
+
+    def _release_checked(self, guard: Guard, held):
+        """Check held frames in full from the oldest; yield the good ones and the first bad one
+        recomputed (or raise `ImplausibleFrame`). Returns the frame the engine continues after."""
+        for s, xs in held:
+            if guard.check(s, xs) is None:
+                yield s, xs
+                continue
+            yield s, self._guarded(guard, s, xs)
+            return s
+        return held[-1][0]
 
     def _guarded(self, guard: Guard, t: int, x: np.ndarray) -> np.ndarray:
         violation = guard.check(t, x)

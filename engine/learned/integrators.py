@@ -32,6 +32,21 @@ def solve(H, g):
         return torch.linalg.solve(H + 1e-8 * torch.diagonal(H).abs().mean() * eye, g)
 
 
+def factorize(ctx: StepContext, q, H):
+    """Cholesky factor of Newton's matrix H at q. Where the exact elastic Hessian makes it
+    indefinite, each sample's Hessian is projected instead (for the rest of the step); a matrix
+    that is still singular gets a small ridge."""
+    L, info = torch.linalg.cholesky_ex(H)
+    if int(info) != 0 and ctx.exact_hessian:
+        ctx.exact_hessian = False
+        H = total(q, ctx).hess
+        L, info = torch.linalg.cholesky_ex(H)
+    if int(info) != 0:
+        eye = torch.eye(len(q), dtype=H.dtype, device=H.device)
+        L, _ = torch.linalg.cholesky_ex(H + 1e-8 * torch.diagonal(H).abs().mean() * eye)
+    return L
+
+
 def _start(ctx: StepContext, q):
     """(q, terms with the Hessian) at the guess, or at q_n when the guess would invert a sample."""
     t = total(q, ctx)
@@ -40,59 +55,77 @@ def _start(ctx: StepContext, q):
     return ctx.q_n, total(ctx.q_n, ctx)
 
 
+def _finite(x) -> float:
+    x = float(x)
+    return x if math.isfinite(x) else math.inf
+
+
 def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERANCE):
     """Newton with backtracking on the incremental potential, from the guess q (or from q_n when
     the guess would invert a sample: the line search then never leaves the valid states).
-    Chord iterations: the Hessian of the first iteration serves the next ones (gradients are
-    cheap, Hessians are not); it is refreshed after a shortened step. Returns (q, converged)."""
+
+    Chord iterations: the Cholesky factor of one iteration's matrix serves the next ones
+    (gradients are cheap, Hessians are not); it is refreshed after a shortened step, when the
+    steps stop shrinking fast, and before giving up. Returns (q, converged): False when the
+    step is not finite, stalls, or the iteration cap is reached."""
     q, t = _start(ctx, q)
-    energy = t.energy
-    if not math.isfinite(float(energy)):
+    energy = _finite(t.energy)
+    if not math.isfinite(energy):
         return q, False
-    H, fresh = t.hess, True
+    L, fresh = factorize(ctx, q, t.hess), True
+    previous = math.inf
     for _ in range(iterations):
-        if fresh and ctx.exact_hessian and int(torch.linalg.cholesky_ex(H)[1]) != 0:
-            ctx.exact_hessian = False          # not convex here: project each sample's Hessian
-            H = total(q, ctx).hess
-        step = -solve(H, t.grad)
+        step = -torch.cholesky_solve(t.grad[:, None], L)[:, 0]
         decrement = float(-torch.dot(t.grad, step))
-        if not math.isfinite(decrement):
+        size = float(torch.linalg.norm(step))
+        if not (math.isfinite(decrement) and math.isfinite(size)):
             return q, False
-        if float(torch.linalg.norm(step)) < tolerance:
+        if size < tolerance:
             return q, True
-        alpha = 1.0
-        while alpha > 1e-6:
-            trial = q + alpha * step
-            e_trial = total_energy(trial, ctx)
-            if float(e_trial) <= float(energy) - 1e-4 * alpha * decrement:
-                break
+        trial, alpha = q + step, 1.0
+        t_trial = total(trial, ctx, need_hess=False)          # the full step is usually taken
+        e_trial = _finite(t_trial.energy)
+        while e_trial > energy - 1e-4 * alpha * decrement and alpha > 1e-6:
             alpha *= 0.5
-        else:
-            if not fresh:            # a stale Hessian: refresh it before giving up
+            trial, t_trial = q + alpha * step, None
+            e_trial = _finite(total_energy(trial, ctx))
+        if e_trial > energy - 1e-4 * alpha * decrement:       # no decrease along this step
+            if not fresh:                                     # a stale factor: refresh it before giving up
                 t = total(q, ctx)
-                H, fresh = t.hess, True
+                L, fresh = factorize(ctx, q, t.hess), True
                 continue
-            return q, float(torch.linalg.norm(step)) < 1e3 * tolerance
+            return q, size < 1e3 * tolerance
         q, energy = trial, e_trial
-        if alpha * float(torch.linalg.norm(step)) < tolerance:
+        if alpha * size < tolerance:
             return q, True
-        fresh = alpha < 1.0
-        t = total(q, ctx, need_hess=fresh)
-        if fresh:
-            H = t.hess
-    return q, True
+        refresh = alpha < 1.0 or size > 0.5 * previous       # chord steps that stopped converging fast
+        previous = alpha * size
+        if refresh or t_trial is None:
+            t = total(q, ctx, need_hess=refresh)
+        else:
+            t = t_trial
+        if refresh:
+            L, fresh = factorize(ctx, q, t.hess), True
+        else:
+            fresh = False
+    return q, False
 
 
-def step(scene, frame, q_n, qd_n, h, integrator="backward_euler", damping=None):
-    """One step -> (q, q', converged). `damping`: a precomputed Rayleigh matrix (else built here)."""
+def step(scene, frame, q_n, qd_n, h, integrator="backward_euler", damping=None, fast=False,
+         iterations=NEWTON_ITERATIONS):
+    """One step -> (q, q', converged). `damping`: a precomputed Rayleigh matrix (else built here).
+    `fast`: Newton's matrix assembled in float32 (the run time's choice; the solution is the same
+    to the tolerance, since it is set by the float64 gradient)."""
     if integrator == "implicit_midpoint":
         # solved tighter: its energy conservation is only as good as the solve (1e-5: 2.2 % drift
         # over 500 steps, 1e-8: 1.3 %, measured on a spinning jelly box)
         ctx = StepContext.build(scene, frame, q_n, qd_n, 0.5 * h, damping)
-        q_mid, ok = minimize(ctx, q_n + 0.5 * h * qd_n, tolerance=MIDPOINT_TOLERANCE)
+        ctx.fast_hessian = fast
+        q_mid, ok = minimize(ctx, q_n + 0.5 * h * qd_n, iterations, tolerance=MIDPOINT_TOLERANCE)
         return 2.0 * q_mid - q_n, 4.0 * (q_mid - q_n) / h - qd_n, ok
     ctx = StepContext.build(scene, frame, q_n, qd_n, h, damping)
-    q, ok = minimize(ctx, q_n + h * qd_n)
+    ctx.fast_hessian = fast
+    q, ok = minimize(ctx, q_n + h * qd_n, iterations)
     return q, (q - q_n) / h, ok
 
 

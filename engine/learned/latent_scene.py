@@ -15,7 +15,7 @@ from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MA
 from ..core.scene import Setup, profile_value
 from . import interactions
 from .materials import DTYPE, StrainEnergy, lame
-from .subspace import Subspace, build_subspace, trilinear_gradients
+from .subspace import Subspace, cached_subspace, cloth_local_map, solid_local_map
 
 
 def _t(a, device="cpu"):
@@ -29,8 +29,8 @@ class LatentScene:
         self.model, self.setup, self.device = model, setup, device
         cfg = model.cfg
         mat = setup.material
-        self.sub = subspace or build_subspace(setup.rest, setup.faces, mat["kind"], cfg.handles, cfg.lattice_cells,
-                                              cfg.samples, cfg.contact_samples, model.weight_field)
+        self.sub = subspace or cached_subspace(setup.rest, setup.faces, mat["kind"], cfg.handles, cfg.lattice_cells,
+                                               cfg.samples, cfg.contact_samples, model.weight_field)
         sub = self.sub
         self.kind = sub.kind
         self.scale = sub.norm.scale
@@ -57,24 +57,13 @@ class LatentScene:
     def _elastic_samples(self):
         sub = self.sub
         if self.kind == "solid":
-            dN = trilinear_gradients(sub.cell_size)                          # [8,3]
-            Uc = sub.node_basis[sub.cell_nodes]                              # [K,8,3,d]
-            G = np.einsum("kaid,aj->kijd", Uc, dN).reshape(len(Uc), 9, -1)    # vec(F) - vec(I) = G q
-            self.G = _t(G, self.device)
-            self.offset = _t(np.tile(np.eye(3).ravel(), (len(Uc), 1)), self.device)
-            self.weights = _t(sub.cell_volume, self.device)
+            self._set_samples(*solid_local_map(sub.node_basis, sub.cell_nodes, sub.cell_size), sub.cell_volume)
             self.bending = None
             return
-        tri = sub.triangles
-        Ut = sub.node_basis[tri]                                             # [K,3,3,d]
-        G = np.stack([Ut[:, 1] - Ut[:, 0], Ut[:, 2] - Ut[:, 0]], axis=1).reshape(len(tri), 6, -1)
+        G, offset, lengths = cloth_local_map(sub.node_basis, sub.nodes, sub.triangles)
+        self._set_samples(G, offset, sub.triangle_area)
+        self.rest_lengths = _t(lengths, self.device)
         x = sub.nodes
-        e = np.stack([x[tri[:, 1]] - x[tri[:, 0]], x[tri[:, 2]] - x[tri[:, 0]]], axis=1)
-        self.G = _t(G, self.device)
-        self.offset = _t(e.reshape(len(tri), 6), self.device)
-        self.rest_lengths = _t(np.stack([np.linalg.norm(e[:, 0], axis=1), np.linalg.norm(e[:, 1], axis=1),
-                                         np.linalg.norm(e[:, 1] - e[:, 0], axis=1)], axis=1), self.device)
-        self.weights = _t(sub.triangle_area, self.device)
         Q = sub.bending
         Ub = sub.node_basis
         Kb = sum(Ub[:, c, :].T @ (Q @ Ub[:, c, :]) for c in range(3))
@@ -82,6 +71,14 @@ class LatentScene:
                                                     x[sub.faces[:, 2]] - x[sub.faces[:, 0]]), axis=1))) / 2.0
         ratio = float(self.setup.material.get("bending", 0.0)) / (self.setup.material["stiffness"] * self.scale ** 2 * area)
         self.bending = _t(ratio * 0.5 * (Kb + Kb.T), self.device)
+
+    def _set_samples(self, G, offset, weights):
+        """Local coordinates of the samples: offset + G q ([K,m] + [K,m,d] q); cubature weights."""
+        self.G = _t(G, self.device)
+        self.G_flat = self.G.view(-1, self.G.shape[-1])
+        self._G32 = None
+        self.offset = _t(offset, self.device)
+        self.weights = _t(weights, self.device)
 
     def density(self, local):
         """Dimensionless strain energy per sample from local coordinates [K, 9 | 6] (nan where inverted)."""
@@ -100,26 +97,37 @@ class LatentScene:
 
     def local(self, q):
         """Local coordinates of every cubature sample (vec F, or a triangle's two edges) at q."""
-        return self.offset + (self.G.reshape(-1, self.dims) @ q).reshape(self.offset.shape)
+        return self.offset + (self.G_flat @ q).view(self.offset.shape)
 
-    def elastic(self, q, need_hess=True, project=True):
+    def elastic(self, q, need_hess=True, project=True, fast=False):
         """(energy, gradient, Hessian) of w0^2 sum_k c_k psi(F_k(q)) (+ reduced bending for cloth).
-        `project`: each sample's Hessian made positive semi-definite (else the exact one)."""
+        `project`: each sample's Hessian made positive semi-definite (else the exact one).
+        `fast`: the Hessian assembled in float32 (for Newton's matrix, which only steers the
+        iterations; 2x faster on a CPU, more on a GPU)."""
         psi, dpsi, h_local = self.density_terms(self.local(q), need_hess, project)
         c = self.w0sq * self.weights
-        d = self.dims
         energy = torch.dot(c, psi)
-        g = self.G.reshape(-1, d).T @ (c[:, None] * dpsi).reshape(-1)
+        g = (c[:, None] * dpsi).view(-1) @ self.G_flat
         H = None
         if need_hess:
-            HG = torch.bmm(h_local, self.G) * c[:, None, None]
-            H = self.G.reshape(-1, d).T @ HG.reshape(-1, d)
+            H = self._assemble(h_local * c[:, None, None], fast)
         if self.bending is not None:
             Kb = self.w0sq * self.bending_scale() * self.bending
             energy = energy + 0.5 * q @ Kb @ q
             g = g + Kb @ q
             H = None if H is None else H + Kb
         return energy, g, H
+
+    def _assemble(self, h_local, fast):
+        """sum_k G_k^T h_k G_k: the reduced Hessian of per-sample Hessians h_k [K,m,m]."""
+        if fast:
+            if self._G32 is None:
+                self._G32 = self.G.to(torch.float32)
+            G = self._G32
+            HG = torch.bmm(h_local.to(torch.float32), G)
+            return (G.view(-1, self.dims).T @ HG.view(-1, self.dims)).to(DTYPE)
+        HG = torch.bmm(h_local, self.G)
+        return self.G_flat.T @ HG.view(-1, self.dims)
 
     def elastic_energy(self, q):
         """Energy only (line search): +inf where a sample would invert."""

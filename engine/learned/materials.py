@@ -13,6 +13,12 @@ cloth), so the stiffness slider multiplies the whole elastic energy exactly.
 - Learned correction (`StrainEnergy`): the Lame parameters scaled by exp(a(material)), exp(b(..)),
   plus mu * |m(invariants) - m(rest invariants)|^2 from a small network, whose last layer starts
   at zero, so an untrained model is exactly the classical material.
+
+Energies, gradients and Hessians per sample are written out by the chain rule over the two
+invariants (a = |F|^2 - 3, log J for solids; the sum and the sum of squares of the edge strains
+for cloth) in a few batched operations: a step evaluates them thousands of times a second, and
+the cost at these sizes is the number of operations, not their size. The correction network is
+skipped while its last layer is exactly zero (an untrained or classical model).
 """
 from __future__ import annotations
 
@@ -45,35 +51,49 @@ def mlp_with_jacobian(net, x, inputs: int):
     return h, J
 
 
-def skew(v):
-    """[...,3] -> cross-product matrices [...,3,3]."""
-    z = torch.zeros_like(v[..., 0])
-    return torch.stack([torch.stack([z, -v[..., 2], v[..., 1]], -1),
-                        torch.stack([v[..., 2], z, -v[..., 0]], -1),
-                        torch.stack([-v[..., 1], v[..., 0], z], -1)], -2)
+# --------------------------------------------------------------------------- the determinant
 
-
-def determinant_terms(F):
-    """J = det F, its gradient (the cofactor matrix, flattened [K,9]) and Hessian [K,9,9]."""
-    rows = F[:, 0], F[:, 1], F[:, 2]
-    cof = torch.stack([torch.linalg.cross(rows[1], rows[2]), torch.linalg.cross(rows[2], rows[0]),
-                       torch.linalg.cross(rows[0], rows[1])], dim=1)
-    J = torch.einsum("ki,ki->k", rows[0], cof[:, 0])
-    S = [skew(r) for r in rows]
-    Z = torch.zeros_like(S[0])
-    H = torch.cat([torch.cat([Z, -S[2], S[1]], -1), torch.cat([S[2], Z, -S[0]], -1),
-                   torch.cat([-S[1], S[0], Z], -1)], -2)
-    return J, cof.reshape(-1, 9), H
+def cofactor(F):
+    """Cofactor matrices of F [K,3,3] (row r = row r+1 x row r+2): d det F / dF."""
+    return torch.linalg.cross(F.roll(-1, dims=1), F.roll(-2, dims=1), dim=-1)
 
 
 def determinant(F):
     return torch.einsum("ki,ki->k", F[:, 0], torch.linalg.cross(F[:, 1], F[:, 2]))
 
 
+def _determinant_hessian_basis():
+    """d2 det F / dF2 is linear in F: sum_m F_m B[m] for vec(F) row-major. B [9,81]."""
+    B = torch.zeros(9, 9, 9, dtype=DTYPE)
+    for r in range(3):                         # det = sum over rows r of F_r . (F_r+1 x F_r+2)
+        s, t = (r + 1) % 3, (r + 2) % 3
+        for i in range(3):
+            j, k = (i + 1) % 3, (i + 2) % 3    # even permutation (i, j, k) of the columns
+            # the term F_ri F_sj F_tk - F_ri F_sk F_tj: its second derivative in (F_sj, F_tk) is F_ri, ...
+            for (a, b, c), sign in (((r * 3 + i, s * 3 + j, t * 3 + k), 1.0), ((r * 3 + i, s * 3 + k, t * 3 + j), -1.0)):
+                for m, u, v in ((a, b, c), (b, a, c), (c, a, b)):
+                    B[m, u, v] += sign
+                    B[m, v, u] += sign
+    return (B / 3.0).reshape(9, 81)            # each product was counted once per row it starts from
+
+
+DET_HESSIAN = _determinant_hessian_basis()
+
+
 # three edges of a sample triangle from its local coordinates y = (x1 - x0, x2 - x0)
 EDGE_SELECT = torch.tensor([[[1, 0, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0], [0, 0, 1, 0, 0, 0]],
                             [[0, 0, 0, 1, 0, 0], [0, 0, 0, 0, 1, 0], [0, 0, 0, 0, 0, 1]],
                             [[-1, 0, 0, 1, 0, 0], [0, -1, 0, 0, 1, 0], [0, 0, -1, 0, 0, 1]]], dtype=DTYPE)
+
+
+def _edges(y):
+    """The three edge vectors [K,3,3] of sample triangles from their local coordinates [K,6]."""
+    e0, e1 = y[:, :3], y[:, 3:]
+    return torch.stack([e0, e1, e1 - e0], dim=1)
+
+
+def _outer(a, b):
+    return a.unsqueeze(-1) * b.unsqueeze(-2)
 
 
 class StrainEnergy(nn.Module):
@@ -90,6 +110,8 @@ class StrainEnergy(nn.Module):
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
         self.to(DTYPE)
+        self._classical_version = None
+        self._scale_cache = {}
 
     @staticmethod
     def features(material: dict) -> torch.Tensor:
@@ -97,16 +119,38 @@ class StrainEnergy(nn.Module):
         return torch.tensor([1.0 if cloth else 0.0, (float(material.get("poisson", 0.3)) - 0.3) * 5.0], dtype=DTYPE)
 
     def log_scales(self, feats):
-        """Learned log-multipliers of (mu, lambda, bending), bounded to a factor of e^2."""
-        return 2.0 * torch.tanh(self.scales(feats) / 2.0)
+        """Learned log-multipliers of (mu, lambda, bending), bounded to a factor of e^2. Outside
+        training they are the same for every call of a material: cached on the parameters'
+        version counters and the material's features."""
+        if torch.is_grad_enabled() and any(p.requires_grad for p in self.scales.parameters()):
+            return 2.0 * torch.tanh(self.scales(feats) / 2.0)
+        key = (tuple((p._version, p.data_ptr()) for p in self.scales.parameters()), tuple(feats.tolist()),
+               feats.device, feats.dtype)
+        if key not in self._scale_cache:
+            if len(self._scale_cache) > 64:
+                self._scale_cache.clear()
+            self._scale_cache[key] = 2.0 * torch.tanh(self.scales(feats) / 2.0)
+        return self._scale_cache[key]
 
     def bending_scale(self, feats):
         return torch.exp(self.log_scales(feats)[2])
 
+    def corrected(self) -> bool:
+        """Whether the correction network contributes (its last layer is not exactly zero, or is
+        being trained). Cached on the parameters' version counters: checked once per update."""
+        last = self.correction[-1]
+        if last.weight.requires_grad and torch.is_grad_enabled():
+            return True
+        version = (last.weight._version, last.bias._version, last.weight.data_ptr())
+        if version != self._classical_version:
+            self._active = bool(last.weight.abs().max() > 0 or last.bias.abs().max() > 0)
+            self._classical_version = version
+        return self._active
+
     def _correction(self, inv, feats, need_jacobian=True):
         """r = m(inv) - m(0) [K,2] and dr/dinv [K,2,2]."""
-        x = torch.cat([inv, feats.expand(inv.shape[0], 2)], dim=-1)
-        x0 = torch.cat([torch.zeros(1, 2, dtype=inv.dtype, device=inv.device), feats[None]], dim=-1)
+        x = torch.cat([inv, feats.to(inv).expand(inv.shape[0], 2)], dim=-1)
+        x0 = torch.cat([torch.zeros(1, 2, dtype=inv.dtype, device=inv.device), feats.to(inv)[None]], dim=-1)
         if need_jacobian:
             m, J = mlp_with_jacobian(self.correction, x, 2)
         else:
@@ -118,83 +162,104 @@ class StrainEnergy(nn.Module):
     def solid_energy(self, y, feats, mu, lam):
         F = y.reshape(-1, 3, 3)
         s = self.log_scales(feats)
-        a = torch.einsum("kij,kij->k", F, F) - 3.0
+        a = (y * y).sum(-1) - 3.0
         logJ = torch.log(determinant(F))
-        r, _ = self._correction(torch.stack([a, logJ], -1), feats, need_jacobian=False)
         mu_s, lam_s = mu * torch.exp(s[0]), lam * torch.exp(s[1])
-        return 0.5 * mu_s * a - mu_s * logJ + 0.5 * lam_s * logJ ** 2 + mu * (r ** 2).sum(-1)
+        psi = 0.5 * mu_s * a - mu_s * logJ + 0.5 * lam_s * logJ ** 2
+        if self.corrected():
+            r, _ = self._correction(torch.stack([a, logJ], -1), feats, need_jacobian=False)
+            psi = psi + mu * (r ** 2).sum(-1)
+        return psi
 
     def solid(self, y, feats, mu, lam, need_hess=True, project=True):
-        """(psi [K], dpsi/dy [K,9], PSD d2psi/dy2 [K,9,9]) of dimensionless neo-Hookean + correction."""
-        F = y.reshape(-1, 3, 3)
+        """(psi [K], dpsi/dy [K,9], d2psi/dy2 [K,9,9], PSD if `project`) of neo-Hookean + correction.
+
+        With phi = dpsi/d(a, log J) and S its second derivatives, a = |F|^2 - 3, L = log J:
+        dpsi = 2 phi_a F + phi_L cof/J;  d2psi = 2 phi_a I + phi_L/J d2J + (S_LL - phi_L) dL dL^T
+        (+ the correction's S_aa, S_aL cross terms), d2J linear in F (`DET_HESSIAN`)."""
         s = self.log_scales(feats)
         mu_s, lam_s = mu * torch.exp(s[0]), lam * torch.exp(s[1])
-        a = torch.einsum("kij,kij->k", F, F) - 3.0
-        J, dJ, HJ = determinant_terms(F)
+        F = y.reshape(-1, 3, 3)
+        cof = cofactor(F).reshape(-1, 9)
+        J = (y[:, :3] * cof[:, :3]).sum(-1)
         logJ = torch.log(J)
-        r, Jr = self._correction(torch.stack([a, logJ], -1), feats)
-        psi = 0.5 * mu_s * a - mu_s * logJ + 0.5 * lam_s * logJ ** 2 + mu * (r ** 2).sum(-1)
-        # first derivatives in the invariants (a, log J)
-        phi = torch.stack([0.5 * mu_s + torch.zeros_like(a), -mu_s + lam_s * logJ], -1) \
-            + 2.0 * mu * torch.einsum("kj,kji->ki", r, Jr)
-        da = 2.0 * y                                                  # [K,9]
-        dL = dJ / J[:, None]
-        grad = phi[:, 0:1] * da + phi[:, 1:2] * dL
+        a = (y * y).sum(-1) - 3.0
+        psi = 0.5 * mu_s * a - mu_s * logJ + 0.5 * lam_s * logJ ** 2
+        phi_a = 0.5 * mu_s + torch.zeros_like(a)
+        phi_L = lam_s * logJ - mu_s
+        S_LL = lam_s + torch.zeros_like(a)
+        correction = self.corrected()
+        if correction:
+            r, Jr = self._correction(torch.stack([a, logJ], -1), feats)
+            psi = psi + mu * (r ** 2).sum(-1)
+            phi = 2.0 * mu * torch.einsum("kj,kji->ki", r, Jr)
+            phi_a, phi_L = phi_a + phi[:, 0], phi_L + phi[:, 1]
+            S = 2.0 * mu * Jr.transpose(-1, -2) @ Jr                     # Gauss-Newton of the correction
+            S_LL = S_LL + S[:, 1, 1]
+        dL = cof / J[:, None]
+        grad = 2.0 * phi_a[:, None] * y + phi_L[:, None] * dL
         if not need_hess:
             return psi, grad, None
-        eye = torch.eye(9, dtype=y.dtype, device=y.device)
-        d2L = HJ / J[:, None, None] - dL[:, :, None] * dL[:, None, :]
-        D = torch.stack([da, dL], dim=1)                              # [K,2,9]
-        second = 2.0 * mu * Jr.transpose(-1, -2) @ Jr                 # Gauss-Newton of the correction
-        second = second + torch.diag(torch.stack([torch.zeros_like(lam_s), lam_s]))
-        hess = phi[:, 0, None, None] * 2.0 * eye + phi[:, 1, None, None] * d2L + D.transpose(-1, -2) @ second @ D
+        d2J = (y @ DET_HESSIAN.to(y)).reshape(-1, 9, 9)
+        hess = (phi_L / J)[:, None, None] * d2J + (S_LL - phi_L)[:, None, None] * _outer(dL, dL)
+        hess = hess + torch.diag_embed((2.0 * phi_a)[:, None].expand(-1, 9))
+        if correction:
+            da = 2.0 * y
+            hess = hess + S[:, 0, 0, None, None] * _outer(da, da) + S[:, 0, 1, None, None] * (_outer(da, dL) + _outer(dL, da))
         return psi, grad, project_psd(hess) if project else hess
 
     # ----- cloth: local coordinates are the two edges (x1 - x0, x2 - x0) of a sample triangle
 
     def cloth_energy(self, y, rest_lengths, feats):
-        e = torch.einsum("eij,kj->kei", EDGE_SELECT.to(y), y)
-        strain = torch.linalg.norm(e, dim=-1) / rest_lengths - 1.0
+        strain = torch.linalg.norm(_edges(y), dim=-1) / rest_lengths - 1.0
         s = self.log_scales(feats)
-        r, _ = self._correction(torch.stack([strain.sum(-1), (strain ** 2).sum(-1)], -1), feats, need_jacobian=False)
-        return torch.exp(s[0]) * (strain ** 2).sum(-1) / 6.0 + (r ** 2).sum(-1) / 3.0
+        psi = torch.exp(s[0]) * (strain ** 2).sum(-1) / 6.0
+        if self.corrected():
+            r, _ = self._correction(torch.stack([strain.sum(-1), (strain ** 2).sum(-1)], -1), feats, need_jacobian=False)
+            psi = psi + (r ** 2).sum(-1) / 3.0
+        return psi
 
     def cloth(self, y, rest_lengths, feats, need_hess=True, project=True):
         """(psi [K], dpsi/dy [K,6], PSD d2psi/dy2 [K,6,6]) of the edge membrane + correction."""
         S = EDGE_SELECT.to(y)
-        e = torch.einsum("eij,kj->kei", S, y)                          # [K,3,3]
+        e = _edges(y)                                                   # [K,3,3]
         length = torch.linalg.norm(e, dim=-1).clamp(min=1e-12)
         strain = length / rest_lengths - 1.0
         unit = e / length[..., None]
         de = torch.einsum("kei,eij->kej", unit, S) / rest_lengths[..., None]       # d strain_e / dy  [K,3,6]
-        proj = (torch.eye(3, dtype=y.dtype, device=y.device) - unit[..., :, None] * unit[..., None, :])
-        d2e = torch.einsum("eia,keij,ejb->keab", S, proj, S) / (rest_lengths * length)[..., None, None]
         scale = torch.exp(self.log_scales(feats)[0])
-        inv = torch.stack([strain.sum(-1), (strain ** 2).sum(-1)], -1)
-        r, Jr = self._correction(inv, feats)
-        psi = scale * (strain ** 2).sum(-1) / 6.0 + (r ** 2).sum(-1) / 3.0
-        dinv = torch.stack([de.sum(1), 2.0 * torch.einsum("ke,kej->kj", strain, de)], 1)   # [K,2,6]
-        grad = scale / 3.0 * torch.einsum("ke,kej->kj", strain, de) + (2.0 / 3.0) * torch.einsum("kj,kji,kia->ka", r, Jr, dinv)
+        psi = scale * (strain ** 2).sum(-1) / 6.0
+        grad = scale / 3.0 * torch.einsum("ke,kej->kj", strain, de)
+        correction = self.corrected()
+        if correction:
+            inv = torch.stack([strain.sum(-1), (strain ** 2).sum(-1)], -1)
+            r, Jr = self._correction(inv, feats)
+            dinv = torch.stack([de.sum(1), 2.0 * torch.einsum("ke,kej->kj", strain, de)], 1)   # [K,2,6]
+            psi = psi + (r ** 2).sum(-1) / 3.0
+            grad = grad + (2.0 / 3.0) * torch.einsum("kj,kji,kia->ka", r, Jr, dinv)
         if not need_hess:
             return psi, grad, None
         # membrane Hessian; projected: with the compressive part dropped (as the reference does)
+        proj = torch.eye(3, dtype=y.dtype, device=y.device) - unit[..., :, None] * unit[..., None, :]
+        d2e = torch.einsum("eia,keij,ejb->keab", S, proj, S) / (rest_lengths * length)[..., None, None]
         bend_in = strain.clamp(min=0.0) if project else strain
         hess = scale / 3.0 * (torch.einsum("kea,keb->kab", de, de) + torch.einsum("ke,keab->kab", bend_in, d2e))
-        G = Jr @ dinv                                                  # [K,2,6]
-        hess = hess + (2.0 / 3.0) * G.transpose(-1, -2) @ G
+        if correction:
+            G = Jr @ dinv                                              # [K,2,6]
+            hess = hess + (2.0 / 3.0) * G.transpose(-1, -2) @ G
         return psi, grad, hess
 
 
 def project_psd(H):
     """Nearest positive semi-definite matrices of a batch of symmetric ones (NaN stays NaN, so
     a state that is not valid fails the step instead of raising here)."""
-    if not bool(torch.isfinite(H).all()):
-        return torch.full_like(H, float("nan"))
     H = 0.5 * (H + H.transpose(-1, -2))
     _, info = torch.linalg.cholesky_ex(H)
     indefinite = info > 0                     # most samples near rest are positive definite already
     if bool(indefinite.any()):
         Hi = H[indefinite]
+        if not bool(torch.isfinite(Hi).all()):
+            return torch.full_like(H, float("nan"))
         scale = torch.linalg.norm(Hi, dim=(-2, -1), keepdim=True).clamp(min=1e-300)   # conditioning
         vals, vecs = torch.linalg.eigh(Hi / scale)
         H = H.clone()

@@ -18,19 +18,21 @@ from ..core.run import Engine, Run
 from ..core.scene import Setup
 from .checkpoint import load_checkpoint
 from .ik import solve_ik
-from .integrators import step as integrator_step
+from .integrators import NEWTON_ITERATIONS, step as integrator_step
 from .latent_scene import LatentScene
 from .materials import DTYPE
 from .ood import ood_report
 from .terms import elastic, rayleigh
 
 SUBSTEP = 1.0 / 48.0      # longest latent step (s)
+GUARD_FULL_CHECK_EVERY = 8   # frames between two full plausibility checks (quick checks between)
 
 
 @contextlib.contextmanager
 def single_threaded():
     """A latent step is many small matrix operations, where worker threads only wait for each
-    other (on a busy 2-core machine a frame measured several times slower with 2 threads)."""
+    other (on a busy 2-core machine a frame measured several times slower with 2 threads).
+    Entered once per run (threadpoolctl rescans the loaded libraries on every call, about 1 ms)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -41,12 +43,24 @@ def single_threaded():
                 yield
     finally:
         torch.set_num_threads(before)
+
+
+def substeps_for(dt: float) -> int:
+    """Latent steps per frame: dt / SUBSTEP rounded up, where 1e-3 of a step over a whole number
+    (a frame time written to six digits, 0.041667 s) does not add a step."""
+    return max(1, int(math.ceil(dt / SUBSTEP - 1e-3)))
+
+
 MAX_RETRY_SPLITS = 3      # a rejected step is retried with 2, 4, 8 substeps
 
 
 class NeurokRun(Run):
     """Steps a `LatentScene` with the chosen integrator; a step that fails (NaN, no convergence)
-    is retried as two half steps, up to MAX_RETRY_SPLITS times."""
+    is retried as two half steps, up to MAX_RETRY_SPLITS times. The latent states of the last
+    `retry_window` frames are kept, so the guard can check in full every 8th frame and still
+    recompute any frame it rejects (`core.run.Run.frames`)."""
+
+    retry_window = GUARD_FULL_CHECK_EVERY
 
     def __init__(self, model, setup: Setup, device="cpu", integrator="backward_euler", meta=None):
         super().__init__(setup)
@@ -54,19 +68,22 @@ class NeurokRun(Run):
         with torch.no_grad():
             self.scene = LatentScene(model, setup, device=device)
         self.model, self.integrator = model, integrator
-        self.substeps = max(1, int(math.ceil(setup.dt / SUBSTEP - 1e-9)))
+        self.substeps = substeps_for(setup.dt)
         self._rest = self.scene.sub.rest
         # decoding goes through the nodes: q -> node displacements (n x d) -> vertices by the
         # sparse interpolation W (8 nodes per vertex for solids), O(N) instead of O(N d)
         sub = self.scene.sub
         self._node_basis = sub.node_basis.reshape(-1, self.scene.dims).astype(np.float32)
         self._W = sub.W.astype(np.float32).tocsr()
-        self._before, self._resume = None, None
+        self._states, self._resume = {}, None
         self.encode_seconds = time.perf_counter() - t0
         self.ood = ood_report(self.scene, meta or {})
 
     def _advance(self, frame, q, qd, h, splits=0, damping=None):
-        q1, qd1, ok = integrator_step(self.scene, frame, q, qd, h, self.integrator, damping)
+        # a retried step may also take more Newton iterations (a blow far outside the training
+        # range needs 50-60 where ordinary steps take 2-5)
+        q1, qd1, ok = integrator_step(self.scene, frame, q, qd, h, self.integrator, damping, fast=True,
+                                      iterations=NEWTON_ITERATIONS << splits)
         if ok and bool(torch.all(torch.isfinite(q1))):
             return q1, qd1
         if splits >= MAX_RETRY_SPLITS:
@@ -78,8 +95,8 @@ class NeurokRun(Run):
     def _frame(self, frame, q, qd, substeps):
         """The state after `frame` -> frame + 1, in `substeps` steps."""
         h = self.setup.dt / substeps
-        with torch.no_grad(), single_threaded():
-            damping = rayleigh(self.scene, q)   # once per frame: it costs an elastic Hessian
+        with torch.no_grad():
+            damping = rayleigh(self.scene, q, fast=True)   # once per frame: it costs an elastic Hessian
             for _ in range(substeps):
                 q, qd = self._advance(frame, q, qd, h, damping=damping)
         return q, qd
@@ -87,22 +104,30 @@ class NeurokRun(Run):
     def latent_frames(self):
         """Latent state (q, q') per frame, frame 0 first."""
         q, qd = self.scene.q0, self.scene.qd0
+        self._states = {0: (q, qd)}
         yield q, qd
-        for frame in range(self.setup.frames - 1):
-            self._before = (frame, q, qd)
-            q, qd = self._frame(frame, q, qd, self.substeps)
-            yield q, qd
-            if self._resume is not None:     # the guard recomputed this frame with more substeps
-                q, qd = self._resume
-                self._resume = None
+        frame = 0
+        with single_threaded():
+            while frame < self.setup.frames - 1:
+                q, qd = self._frame(frame, q, qd, self.substeps)
+                frame += 1
+                self._states[frame] = (q, qd)
+                self._states.pop(frame - self.retry_window - 1, None)
+                yield q, qd
+                if self._resume is not None:     # the guard recomputed a frame with more substeps
+                    frame, q, qd = self._resume
+                    self._resume = None
 
     def _retry_frame(self, t, factor):
-        """The guard's retry: frame t again from the state before it, with `factor` x the substeps."""
-        if self._before is None or self._before[0] != t - 1:
+        """The guard's retry: frame t again from the state before it, with `factor` x the substeps;
+        the frames after it are then computed again from there."""
+        if t - 1 not in self._states:
             return None
-        frame, q, qd = self._before
-        self._resume = self._frame(frame, q, qd, self.substeps * factor)
-        return self.decode(self._resume[0])
+        q, qd = self._frame(t - 1, *self._states[t - 1], self.substeps * factor)
+        self._states = {s: v for s, v in self._states.items() if s < t}
+        self._states[t] = (q, qd)
+        self._resume = (t, q, qd)
+        return self.decode(q)
 
     def decode(self, q) -> np.ndarray:
         qn = q.detach().cpu().numpy().astype(np.float32)

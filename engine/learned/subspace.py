@@ -16,6 +16,7 @@ normalised by the bounding-box diagonal L (see `core.geometry.Normalisation`).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ import scipy.sparse.linalg as spla
 import torch
 
 from ..core.geometry import Normalisation, farthest_point_sample, is_closed, lumped_vertex_areas, triangle_areas
+from .cubature import CAP, ElementForces, fit_cubature, rest_stiffness
 
 CORNERS = np.array([[i, j, k] for i in (0, 1) for j in (0, 1) for k in (0, 1)])   # bit order x, y, z
 
@@ -150,6 +152,44 @@ def smooth_functions(L, mass, count: int):
     return vecs / np.abs(vecs).max(axis=0, keepdims=True), np.maximum(vals, 0.0)
 
 
+# --------------------------------------------------------------------------- elements in the subspace
+
+def solid_local_map(node_basis, cell_nodes, cell_size):
+    """vec F of each cell at its centre as offset + G q: (G [C,9,d], offset [C,9])."""
+    dN = trilinear_gradients(cell_size)                                 # [8,3]
+    G = np.einsum("kaid,aj->kijd", node_basis[cell_nodes], dN).reshape(len(cell_nodes), 9, -1)
+    return G, np.tile(np.eye(3).ravel(), (len(cell_nodes), 1))
+
+
+def cloth_local_map(node_basis, nodes, triangles):
+    """A triangle's two edges (x1 - x0, x2 - x0) as offset + G q: (G [K,6,d], offset [K,6],
+    rest lengths of its three edges [K,3])."""
+    Ut = node_basis[triangles]                                          # [K,3,3,d]
+    G = np.stack([Ut[:, 1] - Ut[:, 0], Ut[:, 2] - Ut[:, 0]], axis=1).reshape(len(triangles), 6, -1)
+    e = np.stack([nodes[triangles[:, 1]] - nodes[triangles[:, 0]], nodes[triangles[:, 2]] - nodes[triangles[:, 0]]], axis=1)
+    lengths = np.stack([np.linalg.norm(e[:, 0], axis=1), np.linalg.norm(e[:, 1], axis=1),
+                        np.linalg.norm(e[:, 1] - e[:, 0], axis=1)], axis=1)
+    return G, e.reshape(len(triangles), 6), lengths
+
+
+FIT_ELEMENTS = 4096       # a sheet with more triangles is fitted against this many, spread over it
+
+
+def fitted_cubature(kind, node_basis, nodes, node_mass, elements, full_weights, cell_size, samples, full=False):
+    """(chosen elements, their weights, held-out force error): `cubature.fit_cubature` against
+    full integration over `elements` (cells [E,8] or triangles [E,3] with volume/area weights);
+    `full`: all elements with their own weights (error 0)."""
+    if full:
+        return np.arange(len(elements)), np.asarray(full_weights, dtype=np.float64), 0.0
+    if kind == "solid":
+        forces = ElementForces(kind, *solid_local_map(node_basis, elements, cell_size))
+    else:
+        forces = ElementForces(kind, *cloth_local_map(node_basis, nodes, elements))
+    fit = fit_cubature(forces, full_weights, rest_stiffness(forces, full_weights), node_basis, nodes, node_mass,
+                       cap=max(samples, CAP))
+    return fit.elements, fit.weights, fit.error
+
+
 # --------------------------------------------------------------------------- the subspace of one mesh
 
 @dataclass
@@ -166,13 +206,14 @@ class Subspace:
     spectrum: np.ndarray          # [2H] their eigenvalues
     node_basis: np.ndarray        # [n,3,d] mass-orthonormal node displacement basis
     vertex_basis: np.ndarray      # [N,3,d]
-    cell_nodes: np.ndarray | None   # solids: [C,8] cells (cubature samples: the chosen cells)
+    cell_nodes: np.ndarray | None   # solids: [K,8] cells (cubature samples: the chosen cells)
     cell_size: float
-    cell_volume: np.ndarray | None  # [C] volume fractions of the chosen cells (sum 1)
+    cell_volume: np.ndarray | None  # [K] their fitted cubature weights (the body's volume is 1)
     triangles: np.ndarray | None    # cloth: [K,3] sample triangles (node indices)
-    triangle_area: np.ndarray | None  # [K] area fractions (sum 1)
+    triangle_area: np.ndarray | None  # [K] their fitted cubature weights (the sheet's area is 1)
     bending: sp.csr_matrix | None   # cloth: [n,n] quadratic bending matrix (normalised units)
     contact: np.ndarray           # [Kc] vertex indices where the floor is felt
+    cubature_error: float = 0.0   # relative error of the fitted reduced force on held-out poses
 
     @property
     def dims(self) -> int:
@@ -243,11 +284,12 @@ def bending_matrix(x, faces) -> sp.csr_matrix:
 
 
 def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, samples: int,
-                   contact_samples: int, weight_field=None) -> Subspace:
+                   contact_samples: int, weight_field=None, full_integration=False) -> Subspace:
     """Everything one mesh needs, once: nodes, masses, smooth handle weights, the mass-orthonormal
     basis, the cubature samples of the elastic energy, the bending matrix (cloth), contact samples.
     `weight_field` (`model.WeightField`) refines the eigenfunctions into the handle weights (None:
-    the lowest eigenfunctions themselves)."""
+    the lowest eigenfunctions themselves). `full_integration`: every element is a sample, with
+    its own volume or area (what the fitted cubature is measured against)."""
     norm = Normalisation.of(rest)
     x = norm.forward(rest)
     faces = np.asarray(faces, dtype=np.int64)
@@ -277,18 +319,41 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
                   node_basis=node_basis, vertex_basis=vertex_basis,
                   contact=np.unique(contact))
     if solid:
-        chosen = np.arange(len(lat.cell_nodes))
-        if len(chosen) > samples:
-            centres = nodes[lat.cell_nodes].mean(axis=1)
-            chosen = np.sort(farthest_point_sample(centres, samples))
-        # cubature: the chosen cells stand for the whole body's volume
-        vol = lat.inside_share[chosen]
-        return Subspace(**common, cell_nodes=lat.cell_nodes[chosen], cell_size=lat.cell_size,
-                        cell_volume=vol / vol.sum(), triangles=None, triangle_area=None, bending=None)
+        volume = lat.inside_share / lat.inside_share.sum()
+        chosen, weights, error = fitted_cubature(kind, node_basis, nodes, node_mass, lat.cell_nodes, volume,
+                                                 lat.cell_size, samples, full_integration)
+        return Subspace(**common, cell_nodes=lat.cell_nodes[chosen], cell_size=lat.cell_size, cell_volume=weights,
+                        triangles=None, triangle_area=None, bending=None, cubature_error=error)
     area = triangle_areas(x, faces)
-    chosen = np.arange(len(faces))
-    if len(chosen) > samples:
-        chosen = np.sort(farthest_point_sample(x[faces].mean(axis=1), samples))
-    a = area[chosen]
-    return Subspace(**common, cell_nodes=None, cell_size=0.0, cell_volume=None, triangles=faces[chosen],
-                    triangle_area=a / a.sum(), bending=bending_matrix(x, faces))
+    candidates = np.arange(len(faces))
+    if len(candidates) > FIT_ELEMENTS and not full_integration:
+        candidates = np.sort(farthest_point_sample(x[faces].mean(axis=1), FIT_ELEMENTS))
+    full = area[candidates] / area[candidates].sum()
+    chosen, weights, error = fitted_cubature(kind, node_basis, nodes, node_mass, faces[candidates], full, 0.0, samples,
+                                             full_integration)
+    return Subspace(**common, cell_nodes=None, cell_size=0.0, cell_volume=None, triangles=faces[candidates[chosen]],
+                    triangle_area=weights, bending=bending_matrix(x, faces), cubature_error=error)
+
+
+# --------------------------------------------------------------------------- prepared once per mesh
+
+CACHE_SIZE = 8
+_cache: dict = {}
+
+
+def cached_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, samples: int, contact_samples: int,
+                    weight_field=None) -> Subspace:
+    """`build_subspace`, remembered for the last CACHE_SIZE meshes: the add-on prepares the same
+    mesh again on every preview and bake, and the cubature fit is the costly part. The key is the
+    mesh's bytes, the settings and the weight field's parameters (their version counters)."""
+    rest = np.ascontiguousarray(rest, dtype=np.float64)
+    faces = np.ascontiguousarray(faces, dtype=np.int64)
+    digest = hashlib.sha1(rest.tobytes())
+    digest.update(faces.tobytes())
+    field = None if weight_field is None else (id(weight_field), tuple((p._version, p.data_ptr()) for p in weight_field.parameters()))
+    key = (digest.hexdigest(), rest.shape, faces.shape, kind, handles, lattice_cells, samples, contact_samples, field)
+    if key not in _cache:
+        if len(_cache) >= CACHE_SIZE:
+            _cache.pop(next(iter(_cache)))
+        _cache[key] = build_subspace(rest, faces, kind, handles, lattice_cells, samples, contact_samples, weight_field)
+    return _cache[key]

@@ -6,8 +6,12 @@ A backward-Euler step from (q_n, q'_n) minimises the incremental potential
 
 over q. Each term below takes the trial state q and the step's `StepContext` and returns its
 energy, gradient and Hessian (a `Terms` triple; the Hessian is positive semi-definite, projected
-where the exact one is not). To add a force, write one more function of that shape and list it
-in `TERMS`: the integrator, the runtime and training all sum the same list.
+where the exact one is not), or None where it has nothing to add (no floor, no collider). To add
+a force, write one more function of that shape and list it in `QUADRATIC_TERMS` (exactly
+quadratic in q: inertia, external work, pins, damping) or `NONLINEAR_TERMS`: the integrator, the
+runtime and training all sum the same lists. The quadratic terms are summed once per step into
+one constant quadratic (`quadratic_part`), so each Newton iteration costs one matrix-vector
+product for all of them.
 """
 from __future__ import annotations
 
@@ -44,6 +48,8 @@ class StepContext:
     contact_prev: torch.Tensor   # contact sample positions at q_n (friction)
     exact_hessian: bool = True   # the exact elastic Hessian (Newton falls back to projected samples if needed)
     frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: interactions.py)
+    fast_hessian: bool = False   # assemble the elastic Hessian in float32 (Newton's matrix only; energy and gradient stay float64)
+    quadratic: tuple | None = None   # (energy, gradient, Hessian) of the quadratic terms at q = 0 (`quadratic_part`)
 
     @classmethod
     def build(cls, scene: LatentScene, frame: int, q_n, qd_n, h: float, damping=None):
@@ -55,12 +61,13 @@ class StepContext:
         return cls(scene, h, q_n, qd_n, force, scene.pin_b(frame + 1), damping, prev, frame=frame)
 
 
-def rayleigh(scene: LatentScene, q) -> torch.Tensor:
-    """Rayleigh damping D = alpha I + beta K(q) (the mass matrix is I in this basis)."""
+def rayleigh(scene: LatentScene, q, fast=False) -> torch.Tensor:
+    """Rayleigh damping D = alpha I + beta K(q) (the mass matrix is I in this basis; K projected
+    per sample, so D is positive semi-definite). `fast`: K assembled in float32."""
     mat = scene.setup.material
     D = float(mat.get("air_damping", 0.0)) * torch.eye(scene.dims, dtype=DTYPE, device=q.device)
     if mat.get("damping", 0.0) > 0:
-        D = D + float(mat["damping"]) * elastic(q, None, scene).hess
+        D = D + float(mat["damping"]) * scene.elastic(q, True, True, fast)[2]
     return D
 
 
@@ -69,7 +76,8 @@ def elastic(q, ctx, scene: LatentScene | None = None, need_hess=True) -> Terms:
     Per-sample Hessians are exact inside a step (inertia keeps the total positive definite; the
     integrator checks) and projected elsewhere (damping, posing)."""
     project = ctx is None or not ctx.exact_hessian
-    return Terms(*(scene or ctx.scene).elastic(q, need_hess, project))
+    fast = ctx is not None and ctx.fast_hessian
+    return Terms(*(scene or ctx.scene).elastic(q, need_hess, project, fast))
 
 
 def elastic_energy(q, scene: LatentScene):
@@ -98,17 +106,14 @@ def damping(q, ctx: StepContext, need_hess=True) -> Terms:
     return Terms(0.5 * dq @ D @ dq, D @ dq, D)
 
 
-def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms:
+def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
     """Penalty below the floor plus sliding friction, at the contact samples."""
     s = ctx.scene
-    d = len(q)
-    zero = Terms(torch.zeros((), dtype=q.dtype, device=q.device), torch.zeros_like(q),
-                 torch.zeros(d, d, dtype=q.dtype, device=q.device))
     if not s.has_floor:
-        return zero
+        return None
     z = s.contact_rest[:, 2] + s.contact_Vz @ q
-    if float(z.min()) >= s.floor:
-        return zero
+    if float(z.detach().min()) >= s.floor:
+        return None
     x = s.contact_rest + torch.einsum("kid,d->ki", s.contact_V, q)
     pen = torch.clamp(x[:, 2] - s.floor, max=0.0)
     touching = (pen < 0).to(q.dtype)
@@ -118,7 +123,7 @@ def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms:
     energy = 0.5 * k * torch.dot(pen, pen) + 0.5 * torch.sum(kf[:, None] * slide ** 2)
     Vz, Vt = s.contact_V[:, 2, :], s.contact_V[:, :2, :]
     g = k * Vz.T @ pen + torch.einsum("k,ki,kid->d", kf, slide, Vt)
-    H = k * Vz.T @ (touching[:, None] * Vz) + torch.einsum("k,kid,kie->de", kf, Vt, Vt)
+    H = k * Vz.T @ (touching[:, None] * Vz) + torch.einsum("k,kid,kie->de", kf, Vt, Vt) if need_hess else None
     return Terms(energy, g, H)
 
 
@@ -126,24 +131,46 @@ def elastic_term(q, ctx: StepContext, need_hess=True) -> Terms:
     return elastic(q, ctx, need_hess=need_hess)
 
 
-def collider_contact(q, ctx: StepContext, need_hess=True) -> Terms:
+def collider_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
     """Penalty and friction against `setup.colliders` at the contact samples: `interactions.collider_contact`."""
+    if not ctx.scene.latent_colliders:
+        return None
     return Terms(*interactions.collider_contact(q, ctx, need_hess))
 
 
-TERMS = (inertia, elastic_term, external_work, pins, damping, floor_contact, collider_contact)
+QUADRATIC_TERMS = (inertia, external_work, pins, damping)
+NONLINEAR_TERMS = (elastic_term, floor_contact, collider_contact)
+TERMS = QUADRATIC_TERMS + NONLINEAR_TERMS
+
+
+def quadratic_part(ctx: StepContext):
+    """(e0, g0, A) with sum of the quadratic terms = e0 + g0.q + 1/2 q^T A q, built once per step."""
+    if ctx.quadratic is None:
+        zero = torch.zeros_like(ctx.q_n)
+        out = QUADRATIC_TERMS[0](zero, ctx)
+        for term in QUADRATIC_TERMS[1:]:
+            out = out + term(zero, ctx)
+        ctx.quadratic = (out.energy, out.grad, out.hess)
+    return ctx.quadratic
 
 
 def total(q, ctx: StepContext, need_hess=True) -> Terms:
-    out = TERMS[0](q, ctx, need_hess)
-    for term in TERMS[1:]:
-        out = out + term(q, ctx, need_hess)
+    e0, g0, A = quadratic_part(ctx)
+    Aq = A @ q
+    out = Terms(e0 + torch.dot(q, g0 + 0.5 * Aq), g0 + Aq, A if need_hess else None)
+    for term in NONLINEAR_TERMS:
+        t = term(q, ctx, need_hess)
+        if t is not None:
+            out = out + t
     return out
 
 
 def total_energy(q, ctx: StepContext):
     """The incremental potential alone (line search), +inf where a sample would invert."""
-    e = torch.zeros((), dtype=q.dtype, device=q.device)
-    for term in TERMS:   # the same list as `total`; the elastic term has a cheaper energy-only path
-        e = e + (elastic_energy(q, ctx.scene) if term is elastic_term else term(q, ctx, need_hess=False).energy)
+    e0, g0, A = quadratic_part(ctx)
+    e = e0 + torch.dot(q, g0 + 0.5 * (A @ q)) + elastic_energy(q, ctx.scene)
+    for term in NONLINEAR_TERMS[1:]:   # the elastic term has a cheaper energy-only path (above)
+        t = term(q, ctx, need_hess=False)
+        if t is not None:
+            e = e + t.energy
     return e
