@@ -452,3 +452,69 @@ def test_corrupt_and_foreign_checkpoints_give_one_line_format_errors(model, chec
         load_checkpoint(tmp_path / "foreign.ckpt")
     with pytest.raises(FormatError, match="no such checkpoint"):
         load_checkpoint(tmp_path / "missing.ckpt")
+
+
+# --------------------------------------------------------------------------- the step's cost and its accuracy
+
+def test_fitted_cubature_matches_full_integration():
+    """The elastic samples and weights are fitted per mesh (NNLS over the body's own poses): on
+    held-out poses their reduced force is within 5 % of the force integrated over every cell, and
+    a rollout with them stays within 0.5 % of the diagonal of the same rollout over every cell."""
+    from engine.learned.subspace import build_subspace
+    torch.manual_seed(0)
+    model = NeurokModel().eval()
+    mesh = make_sample("jelly")
+    force = {"select": {"sphere": {"center": [0.5, 0.5, 1.0], "radius": 0.4}}, "accel": [0, 0, -300.0],
+             "profile": {"type": "impulse", "start": 1}}
+    setup = make_setup(mesh, frames=16, material={"preset": "jelly"}, floor={"z": float(mesh.vertices[:, 2].min())},
+                       forces=[force])
+    fitted = NeurokRun(model, setup)
+    cfg = model.cfg
+    assert fitted.scene.sub.cubature_error < 0.05
+    everything = build_subspace(setup.rest, setup.faces, "solid", cfg.handles, cfg.lattice_cells, cfg.samples,
+                                cfg.contact_samples, model.weight_field, full_integration=True)
+    assert len(fitted.scene.weights) < len(everything.cell_volume)
+    full = NeurokRun(model, setup)
+    with torch.no_grad():
+        full.scene = LatentScene(model, setup, subspace=everything)
+    a, b = fitted.bake(), full.bake()
+    rms = float(np.sqrt(np.mean(np.sum((a - b) ** 2, axis=-1))))
+    assert rms < 0.005 * diagonal(mesh)
+
+
+def test_a_hanging_bar_stretches_as_the_reference_says():
+    """Pa means Pa: Blender's 0.1 x 0.1 x 1 m bar (E = 100 kPa, rho = 1000, nu = 0.3) hanging from its
+    top face, with the classical density (an untrained model) in its subspace with the fitted
+    cubature: within 5 % of the reference simulator's static stretch (51.0 mm) and 10 % of
+    rho g L^2 / 2E (49.1 mm)."""
+    from engine.evaluation.physical import bar_stretch, bar_theory, hanging_bar
+    from engine.reference.simulator import ReferenceSimulator
+    torch.manual_seed(0)
+    model = NeurokModel().eval()
+    setup = hanging_bar()
+    learned = bar_stretch(setup, NeurokRun(model, setup).bake()[-1])
+    reference = bar_stretch(setup, ReferenceSimulator(setup).solve_static())
+    assert learned == pytest.approx(reference, rel=0.05)
+    assert learned == pytest.approx(bar_theory(), rel=0.10)
+
+
+def test_substeps_per_frame_ignore_the_rounding_of_the_frame_time():
+    from engine.learned.runtime import substeps_for
+    assert substeps_for(1.0 / 24.0) == 2 and substeps_for(0.041667) == 2     # a frame time written to 6 digits
+    assert substeps_for(1.0 / 12.0) == 4 and substeps_for(0.05) == 3 and substeps_for(1.0 / 96.0) == 1
+
+
+def test_newton_says_when_it_stops_at_its_iteration_cap(model):
+    """A step that has not converged when the iterations run out says so (the run time then
+    retries it in smaller steps), instead of handing out an unconverged state as converged."""
+    from engine.learned.integrators import minimize
+    mesh = make_sample("jelly")
+    setup = make_setup(mesh, frames=4, material={"preset": "jelly"}, floor={"z": float(mesh.vertices[:, 2].min())},
+                       forces=[{"select": {"box": {"min": [0, 0, 0.75], "max": [1, 1, 1]}}, "accel": [0, 0, -6000.0]}])
+    scene = latent_scene(model, setup)
+    with torch.no_grad():
+        ctx = StepContext.build(scene, 0, scene.q0, scene.qd0, 1.0 / 48)
+        _, capped = minimize(ctx, scene.q0, iterations=1)
+        ctx = StepContext.build(scene, 0, scene.q0, scene.qd0, 1.0 / 48)
+        _, converged = minimize(ctx, scene.q0, iterations=50)
+    assert not capped and converged

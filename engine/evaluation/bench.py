@@ -4,9 +4,13 @@ One scene, the same for every engine: a geodesic sphere (about `n` vertices, the
 size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed sideways at
 10 m/s^2 under gravity, 1/24 s frames. For each size:
 
-- neurok (cpu, and cuda when torch sees a GPU): encode once (`prepare`), then step + decode per
-  frame (what a bake does); encode_ms and ms_per_frame, peak_mb = peak resident memory above
-  the level before the run (sampled every 2 ms; on CUDA the peak allocated device memory).
+- neurok (cpu, and cuda when torch sees a GPU): encode once (`prepare`, the cubature fit and the
+  guard's rest measures included), then step + decode + guard per frame (what a bake does);
+  encode_ms and ms_per_frame (wall clock), cpu_ms_per_frame (this process's CPU time: what a
+  frame costs when other jobs share the cores), peak_mb = peak resident memory above the level
+  before the run (sampled every 2 ms; on CUDA the peak allocated device memory),
+  cubature_samples and cubature_force_error (the fitted cubature's relative force error on
+  held-out poses of that mesh, `learned/cubature.py`).
 - reference: the full-space simulator on the same setup (encode_ms = building the lattice,
   elements and pins). Its frames are capped (`reference_frames`; 3 at 50k vertices and more):
   its cost per frame hardly depends on the frame, and the row says how many were run.
@@ -127,20 +131,26 @@ def bench_neurok(engine, setup, device="cpu") -> dict:
     with PeakMemory() as mem:
         t0 = time.perf_counter()
         run = engine.prepare(setup)
+        run.guard                          # the guard's rest measures are made once per mesh too
         if cuda:
             torch.cuda.synchronize()
         t1 = time.perf_counter()
         frames = run.frames()
         next(frames)                       # frame 0 is the given state (no work)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         count = 0
         for _, x in frames:
             count += 1
         if cuda:
             torch.cuda.synchronize()
-        t3 = time.perf_counter()
+        t3, c3 = time.perf_counter(), time.process_time()
+    sub = run.scene.sub
     row = {"encode_ms": 1000.0 * (t1 - t0), "ms_per_frame": 1000.0 * (t3 - t2) / max(count, 1), "frames": count + 1,
-           "peak_mb": mem.mb}
+           "peak_mb": mem.mb,
+           # CPU time of this process per frame: what the frame costs where other jobs share the cores
+           "cpu_ms_per_frame": 1000.0 * (c3 - c2) / max(count, 1),
+           "cubature_samples": int(len(run.scene.weights)), "cubature_force_error": float(sub.cubature_error),
+           "substeps": run.substeps}
     if cuda:
         row["peak_mb"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 20
         row["host_peak_mb"] = mem.mb
@@ -332,8 +342,10 @@ def bench_command(json_path, model_path=None, sizes=(1000, 10000, 100000), frame
     result = bench(model_path, list(sizes), frames, **kwargs)
     write_json(json_path, result)
     for r in result["rows"]:
+        extra = (f", cpu {r['cpu_ms_per_frame']:.2f} ms/frame, cubature {r['cubature_samples']} samples "
+                 f"(force error {r['cubature_force_error']:.3f})") if "cubature_samples" in r else ""
         print(f"{r['engine']:>13} {r['device']:>4} {r['vertices']:>7} v: encode {r['encode_ms']:8.1f} ms, "
-              f"{r['ms_per_frame']:9.2f} ms/frame, peak {r['peak_mb']:7.1f} MB ({r['frames']} frames)")
+              f"{r['ms_per_frame']:9.2f} ms/frame, peak {r['peak_mb']:7.1f} MB ({r['frames']} frames){extra}")
     for name, vals in result["ratios"].items():
         print(f"{name}: " + ", ".join(f"{k} v: {v:.1f}x" for k, v in vals.items()))
     for note in result.get("notes", []):

@@ -1,5 +1,5 @@
 """Physical quantities, model against reference (and the oracle): a beam pinned at one end
-sagging and ringing under gravity.
+sagging and ringing under gravity, and Blender's bar hanging from its top face (`hanging_bar`).
 
 From the vertical displacement s(t) of its free tip (the vertices within 2% of the length of
 the free end, mean z minus rest):
@@ -98,3 +98,34 @@ def compare(quantities: dict, reference="reference") -> dict:
     ref = quantities[reference]
     return {name: {k: relative_error(q.get(k), ref.get(k)) for k in ("sag", "frequency_fft", "frequency", "damping_ratio")}
             for name, q in quantities.items() if name != reference}
+
+
+# --------------------------------------------------------------------------- a hanging bar
+
+BAR = {"size": (0.1, 0.1, 1.0), "stiffness": 1.0e5, "density": 1000.0, "poisson": 0.3}
+
+
+def hanging_bar(frames=96, gravity=9.81):
+    """Blender's 0.1 x 0.1 x 1 m bar (its 8-vertex cube, scaled) pinned at its top face, E = 100 kPa,
+    rho = 1000, nu = 0.3, heavily mass-damped (20 /s) so a 4 s run settles: a `Setup`."""
+    from ..core.formats import Mesh
+    from ..core.scene import setup_from_scene
+    corners = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], float) * BAR["size"]
+    faces = np.array([[0, 2, 3], [0, 3, 1], [4, 5, 7], [4, 7, 6], [0, 1, 5], [0, 5, 4],
+                      [2, 6, 7], [2, 7, 3], [0, 4, 6], [0, 6, 2], [1, 3, 7], [1, 7, 5]])
+    material = {"kind": "solid", "stiffness": BAR["stiffness"], "density": BAR["density"], "poisson": BAR["poisson"],
+                "damping": 0.0, "air_damping": 20.0}
+    scene = {"format": "neurok.scene/1", "frames": frames, "dt": 1.0 / 24.0, "gravity": [0.0, 0.0, -gravity],
+             "material": material, "pins": [{"select": {"box": {"min": [0, 0, 1 - 1e-6], "max": [1, 1, 1]}}}]}
+    return setup_from_scene(Mesh(corners, faces, "bar"), scene)
+
+
+def bar_stretch(setup, x) -> float:
+    """How far the bar's bottom face has dropped (m)."""
+    bottom = setup.rest[:, 2] < 1e-9
+    return -float((np.asarray(x)[bottom, 2] - setup.rest[bottom, 2]).mean())
+
+
+def bar_theory(gravity=9.81) -> float:
+    """rho g L^2 / 2E: a hanging column's stretch (nu = 0)."""
+    return BAR["density"] * gravity * BAR["size"][2] ** 2 / (2.0 * BAR["stiffness"])
