@@ -65,8 +65,8 @@ class NeurokRun(Run):
     def __init__(self, model, setup: Setup, device="cpu", integrator="backward_euler", meta=None):
         super().__init__(setup)
         t0 = time.perf_counter()
-        with torch.no_grad():
-            self.scene = LatentScene(model, setup, device=device)
+        with torch.no_grad(), single_threaded():   # one thread here too: the fit's many mid-sized
+            self.scene = LatentScene(model, setup, device=device)   # products ran 9x slower on 2 busy cores
         self.model, self.integrator = model, integrator
         self.substeps = substeps_for(setup.dt)
         self._rest = self.scene.sub.rest
