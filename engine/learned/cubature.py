@@ -26,7 +26,7 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-TOLERANCE = 0.015         # relative error of the reduced force on the fitted poses
+TOLERANCE = 0.02          # relative error of the reduced force on the fitted poses
 CAP = 200                 # at most this many elements
 POSES = 64                # fitted poses; HELD_OUT more measure the error
 HELD_OUT = 24
@@ -191,7 +191,7 @@ def greedy_nnls(A, b, tolerance=TOLERANCE, cap=CAP):
     while len(chosen) < min(cap, A.shape[1]):
         score = (A.T @ residual) / norms
         score[chosen] = -np.inf
-        add = max(1, len(chosen) // 8)
+        add = max(1, len(chosen) // 32)
         picks = np.argsort(-score)[:add]
         picks = picks[score[picks] > 0]
         if not len(picks):

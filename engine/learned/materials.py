@@ -112,6 +112,7 @@ class StrainEnergy(nn.Module):
         self.to(DTYPE)
         self._classical_version = None
         self._scale_cache = {}
+        self._scale_parameters = tuple(self.scales.parameters())   # the same objects after load_state_dict / .to()
 
     @staticmethod
     def features(material: dict) -> torch.Tensor:
@@ -122,10 +123,10 @@ class StrainEnergy(nn.Module):
         """Learned log-multipliers of (mu, lambda, bending), bounded to a factor of e^2. Outside
         training they are the same for every call of a material: cached on the parameters'
         version counters and the material's features."""
-        if torch.is_grad_enabled() and any(p.requires_grad for p in self.scales.parameters()):
+        params = self._scale_parameters
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
             return 2.0 * torch.tanh(self.scales(feats) / 2.0)
-        key = (tuple((p._version, p.data_ptr()) for p in self.scales.parameters()), tuple(feats.tolist()),
-               feats.device, feats.dtype)
+        key = (tuple((p._version, p.data_ptr()) for p in params), tuple(feats.tolist()), feats.device, feats.dtype)
         if key not in self._scale_cache:
             if len(self._scale_cache) > 64:
                 self._scale_cache.clear()

@@ -69,11 +69,12 @@ class NeurokRun(Run):
             self.scene = LatentScene(model, setup, device=device)   # products ran 9x slower on 2 busy cores
         self.model, self.integrator = model, integrator
         self.substeps = substeps_for(setup.dt)
-        self._rest = self.scene.sub.rest
         # decoding goes through the nodes: q -> node displacements (n x d) -> vertices by the
-        # sparse interpolation W (8 nodes per vertex for solids), O(N) instead of O(N d)
+        # sparse interpolation W (8 nodes per vertex for solids), O(N) instead of O(N d); in
+        # metres and float32 from the start (the normalisation folded into the basis)
         sub = self.scene.sub
-        self._node_basis = sub.node_basis.reshape(-1, self.scene.dims).astype(np.float32)
+        self._rest_m = sub.norm.inverse(sub.rest).astype(np.float32)
+        self._node_basis_m = (sub.norm.scale * sub.node_basis.reshape(-1, self.scene.dims)).astype(np.float32)
         self._W = sub.W.astype(np.float32).tocsr()
         self._states, self._resume = {}, None
         self.encode_seconds = time.perf_counter() - t0
@@ -130,9 +131,9 @@ class NeurokRun(Run):
         return self.decode(q)
 
     def decode(self, q) -> np.ndarray:
+        """Vertex positions (metres, float32) of latent q."""
         qn = q.detach().cpu().numpy().astype(np.float32)
-        xn = self._rest + self._W @ (self._node_basis @ qn).reshape(-1, 3)
-        return self.scene.sub.norm.inverse(xn)
+        return self._rest_m + self._W @ (self._node_basis_m @ qn).reshape(-1, 3)
 
     def _iter_frames(self):
         first = True
