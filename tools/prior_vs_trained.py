@@ -1,0 +1,86 @@
+"""A checkpoint's trained density against its own classical prior on the held-out scenes.
+
+    .venv/bin/python tools/prior_vs_trained.py --model CKPT [--frames 36] [--json OUT.json]
+
+For each scene of the small evaluation preset (Blender primitives and the bundled samples,
+`engine.evaluation.scenes`): the reference simulator at the data generator's settings, then the
+learned engine twice — the checkpoint as it is, and with its learned density layers (Lame scales,
+correction) set to zero, i.e. the classical material in the same subspace. Prints rel_l2 over
+the whole rollout (mean vertex distance / rest diagonal) beside hold-still, the lowest volume and
+the mean edge strain of each. This is the rule for the bundled model (issue 24): until a trained
+density beats its prior here, the bundled checkpoint is the prior.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def zero_density_layers(model):
+    import torch
+    with torch.no_grad():
+        for layer in (model.energy.scales[-1], model.energy.correction[-1]):
+            layer.weight.zero_()
+            layer.bias.zero_()
+    return model
+
+
+def measures(pred, true, setup) -> dict:
+    from engine.core.measures import MeshMeasures
+    diag = float(np.linalg.norm(np.ptp(setup.rest, axis=0)))
+    n = min(len(pred), len(true))
+    dist = np.linalg.norm(pred[:n] - true[:n], axis=-1).mean(axis=1) / diag
+    frames = [MeshMeasures(setup.rest, setup.faces).frame(x) for x in pred[1:n]]
+    volumes = [m["volume_ratio"] for m in frames if m["volume_ratio"] is not None]
+    return {"rel_l2": float(dist[1:].mean()), "volume_min": min(volumes) if volumes else None,
+            "strain": float(np.mean([m["edge_strain_mean"] for m in frames])), "frames": int(n)}
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from engine.core.scene import setup_from_scene
+    from engine.evaluation.scene_eval import reference_rollout
+    from engine.evaluation.scenes import evaluation_scenes
+    from engine.evaluation.suite import SMALL_SCENES
+    from engine.learned.checkpoint import default_model_path, load_checkpoint
+    from engine.learned.runtime import NeurokRun
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=None)
+    p.add_argument("--frames", type=int, default=36)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    path = args.model or default_model_path()
+    models = {"trained": load_checkpoint(path)[0], "prior": zero_density_layers(load_checkpoint(path)[0])}
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        cases, _ = evaluation_scenes(SMALL_SCENES, args.frames, Path(tmp))
+        for name, _, mesh, scene, _ in cases:
+            setup = setup_from_scene(mesh, scene)
+            true = reference_rollout(setup)
+            row = {"reference": measures(true, true, setup)}
+            row["hold_still"] = measures(np.repeat(true[:1], len(true), 0), true, setup)["rel_l2"]
+            for label, model in models.items():
+                row[label] = measures(NeurokRun(model, setup).bake(), true, setup)
+            rows[name] = row
+            print(f"{name:11} hold still {row['hold_still']:.3f} | trained {row['trained']['rel_l2']:.3f} "
+                  f"(strain {row['trained']['strain']:.1%}) | prior {row['prior']['rel_l2']:.3f} "
+                  f"(strain {row['prior']['strain']:.1%}) | reference strain {row['reference']['strain']:.1%}", flush=True)
+    mean = {k: float(np.mean([r[k]["rel_l2"] for r in rows.values()])) for k in models}
+    print(f"mean rel_l2: trained {mean['trained']:.3f}, prior {mean['prior']:.3f}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"model": str(path), "scenes": rows, "mean": mean}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
