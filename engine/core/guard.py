@@ -14,6 +14,7 @@ stops with `ImplausibleFrame` (a `SimulationFault`) whose message names the fram
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -171,14 +172,31 @@ def limits_for(setup, diagonal: float) -> GuardLimits:
                        volume_low=low, volume_high=1.0 + slack, flipped_share=SOLID_FLIPPED, load=load)
 
 
+_MEASURES: dict = {}
+
+
+def guard_measures(rest, faces) -> tuple[MeshMeasures, MeshMeasures]:
+    """(full, quick) rest measures of a mesh, remembered for the last 8 meshes (the add-on
+    prepares the same mesh on every preview and bake; at 100k vertices they take about a second)."""
+    rest = np.ascontiguousarray(rest, dtype=np.float64)
+    faces = np.ascontiguousarray(faces, dtype=np.int64)
+    key = (hashlib.sha1(rest.tobytes() + faces.tobytes()).hexdigest(), rest.shape, faces.shape)
+    if key not in _MEASURES:
+        if len(_MEASURES) >= 8:
+            _MEASURES.pop(next(iter(_MEASURES)))
+        full = MeshMeasures(rest, faces, max_elements=GUARD_SAMPLE)
+        _MEASURES[key] = (full, MeshMeasures(rest, faces, max_elements=QUICK_SAMPLE, with_volume=False,
+                                             edges=full.all_edges))
+    return _MEASURES[key]
+
+
 class Guard:
     """Checks frames of one setup. `check(t, x)` returns a `Violation` or None."""
 
     def __init__(self, setup, limits: GuardLimits | None = None):
         # strain, flips and rotation on a fixed sample of 10,000 elements: at 100k vertices the full
         # check cost more than the step itself; a broken bake breaks many elements at once
-        self.measures = MeshMeasures(setup.rest, setup.faces, max_elements=GUARD_SAMPLE)
-        self.quick_measures = MeshMeasures(setup.rest, setup.faces, max_elements=QUICK_SAMPLE, with_volume=False)
+        self.measures, self.quick_measures = guard_measures(setup.rest, setup.faces)
         self.limits = limits or limits_for(setup, self.measures.diagonal)
         mat = setup.material
         preset = mat.get("preset")

@@ -57,12 +57,15 @@ class MeshMeasures:
     faces: np.ndarray
     max_elements: int | None = None   # strain and flips on at most this many edges / triangles (a fixed sample)
     with_volume: bool = True          # False: no enclosed volume (it needs every triangle)
+    edges: np.ndarray | None = None   # the mesh's unique edges, if the caller has them already
 
     def __post_init__(self):
         self.rest = np.asarray(self.rest, np.float64)
         self.faces = np.asarray(self.faces, np.int64)
         self.all_faces = self.faces                    # the volume always uses every triangle
-        self.edges = unique_edges(self.faces) if len(self.faces) else np.zeros((0, 2), np.int64)
+        if self.edges is None:
+            self.edges = unique_edges(self.faces) if len(self.faces) else np.zeros((0, 2), np.int64)
+        self.all_edges = self.edges
         if self.max_elements is not None:
             rng = np.random.default_rng(0)
             if len(self.edges) > self.max_elements:

@@ -224,10 +224,19 @@ class Subspace:
 
     @property
     def vertex_mass(self) -> np.ndarray:
-        m = np.asarray(self.W.T.sum(axis=1)).ravel()
-        share = self.node_mass / np.maximum(m, 1e-30)
-        vm = self.W @ share
-        return vm / vm.sum()
+        if not hasattr(self, "_vertex_mass"):
+            m = np.asarray(self.W.T.sum(axis=1)).ravel()
+            vm = self.W @ (self.node_mass / np.maximum(m, 1e-30))
+            self._vertex_mass = vm / vm.sum()
+        return self._vertex_mass
+
+    @property
+    def vertex_gram(self) -> np.ndarray:
+        """B^T M B over the vertices [d,d] (B the vertex basis, M their masses): once per mesh."""
+        if not hasattr(self, "_vertex_gram"):
+            B = self.vertex_basis.reshape(-1, self.dims)
+            self._vertex_gram = B.T @ (np.repeat(self.vertex_mass, 3)[:, None] * B)
+        return self._vertex_gram
 
 
 def handle_jacobian(points, centre, weights):
