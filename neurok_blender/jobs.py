@@ -17,7 +17,7 @@ import traceback
 
 import bpy
 
-from . import bridge
+from . import objects
 from .engine_link import Cancelled, NeurokError, SimulationFault, api
 
 JOBS: dict[str, "Job"] = {}
@@ -217,7 +217,7 @@ def running(obj_name: str, kind: str | None = None) -> Job | None:
 def follow_rename(job: "Job"):
     """The job's object, found by its session uid if it was renamed meanwhile (the job is then re-keyed under
     the new name, so the panel, the modal operator and the result all follow the object). None if deleted."""
-    obj = bridge.find_object(job.obj_name, getattr(job.inputs, "obj_uid", None))
+    obj = objects.find_object(job.obj_name, getattr(job.inputs, "obj_uid", None))
     if obj is not None and obj.name != job.obj_name:
         old = job.obj_name
         if JOBS.get(old) is job:

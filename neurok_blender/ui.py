@@ -8,7 +8,7 @@ import textwrap
 
 import bpy
 
-from . import bridge, fields, jobs
+from . import animation, fields, gather, jobs, records, scene_settings, stack
 from .engine_link import ENGINE_PROBLEM, learned_engine_status
 from .properties import FIELD_WEIGHT_NAMES
 
@@ -98,7 +98,7 @@ def draw_run(layout, context, obj) -> None:
         kind = "Mesh Cache" if bake.kind == 'CACHE' else "Shape Keys"
         box.label(text=f"Baked: {kind}, {bake.frames} frames from {bake.frame_start} "
                        f"({bake.engine}, {bake.seconds:.1f} s)", icon='CHECKMARK')
-    problem = bridge.bake_problem(obj)
+    problem = records.bake_problem(obj)
     if problem:
         wrapped(box, problem, icon='ERROR', alert=True)
     if bake.ood_level:
@@ -244,7 +244,7 @@ class VIEW3D_PT_neurok_forces(NeurokSubPanel, bpy.types.Panel):
             col.prop(f, "frame_start")
             col.prop(f, "duration")
         elif f.profile == 'KEYFRAMED':
-            fc = bridge.find_fcurve(obj, f"neurok.forces[{st.active_force}].strength")
+            fc = animation.find_fcurve(obj, f"neurok.forces[{st.active_force}].strength")
             wrapped(col, "Strength follows its keyframes." if fc else
                     "Key the Strength above (I over it) at several frames.", icon='KEYINGSET' if fc else 'ERROR',
                     alert=fc is None)
@@ -278,7 +278,7 @@ class VIEW3D_PT_neurok_fields(NeurokSubPanel, bpy.types.Panel):
         col.prop(w, "all")
         for name in FIELD_WEIGHT_NAMES:
             col.prop(w, name)
-        obs = bridge.field_objects(context, obj)
+        obs = gather.field_objects(context, obj)
         if not obs:
             layout.label(text="No force field objects act on this object.", icon='INFO')
         for ob in obs:
@@ -309,7 +309,7 @@ class VIEW3D_PT_neurok_collisions(NeurokSubPanel, bpy.types.Panel):
         layout.active = st.use_colliders
         layout.use_property_split = True
         layout.prop(st, "collision_collection")
-        obs = bridge.collider_objects(context, obj)
+        obs = gather.collider_objects(context, obj)
         if not obs:
             wrapped(layout, "No collision objects: give an object Physics ▸ Collision.", icon='INFO')
         for ob in obs:
@@ -343,7 +343,7 @@ class VIEW3D_PT_neurok_scene(NeurokSubPanel, bpy.types.Panel):
         else:
             col.prop(s, "frame_start")
             col.prop(s, "frame_end")
-        g = bridge.scene_gravity(scene)
+        g = scene_settings.scene_gravity(scene)
         layout.label(text=("Gravity: off (Scene > Gravity)" if not scene.use_gravity else
                            f"Gravity: ({g[0]:g}, {g[1]:g}, {g[2]:g}) m/s² from Scene"), icon='WORLD')
         layout.prop(mesh_object(context).neurok, "initial_velocity")
@@ -427,8 +427,8 @@ class PHYSICS_PT_neurok_cache(PhysicsPanel, bpy.types.Panel):
         b = obj.neurok.bake
         if b.kind == 'CACHE':
             layout.prop(b, "cache_path", text="File")
-        place = bridge.own_place(obj)
-        before = [m.name for m in bridge.modifiers_before(obj) if m.show_viewport]
+        place = stack.own_place(obj)
+        before = [m.name for m in stack.modifiers_before(obj) if m.show_viewport]
         wrapped(layout, ("Simulates " + (", ".join(before) if before else "the mesh") +
                          (" (the modifiers above 'NeuROK Cache' in the stack)" if place is not None else "")),
                 icon='MODIFIER')

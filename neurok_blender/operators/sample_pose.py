@@ -4,7 +4,7 @@ import bpy
 import numpy as np
 from bpy.props import IntProperty, StringProperty
 
-from .. import bridge, jobs, preferences
+from .. import jobs, preferences, stack
 from ..engine_link import NeurokError, learned_engine_status
 from . import _common
 
@@ -75,9 +75,9 @@ class NEUROK_OT_sample_pose(bpy.types.Operator):
         local = inputs.to_local(pose)
         if obj.data.shape_keys is None:
             obj.shape_key_add(name="Basis", from_mix=False)
-        kb = obj.data.shape_keys.key_blocks.get(bridge.POSE_KEY) or obj.shape_key_add(name=bridge.POSE_KEY, from_mix=False)
+        kb = obj.data.shape_keys.key_blocks.get(stack.POSE_KEY) or obj.shape_key_add(name=stack.POSE_KEY, from_mix=False)
         kb.data.foreach_set("co", local.ravel())
         kb.value = 1.0
         obj.data.update()
-        self.report({'INFO'}, f"Stored a sampled pose (seed {self.seed}) as the shape key '{bridge.POSE_KEY}'.")
+        self.report({'INFO'}, f"Stored a sampled pose (seed {self.seed}) as the shape key '{stack.POSE_KEY}'.")
         return {'FINISHED'}

@@ -5,7 +5,7 @@ import os
 import bpy
 from bpy.props import FloatProperty, StringProperty
 
-from .. import bridge, jobs
+from .. import cache_files, jobs
 from ..engine_link import api, learned_engine_status
 from . import _common
 
@@ -19,12 +19,12 @@ def unavailable_reason(context) -> str | None:
 
 
 def output_path(obj) -> tuple[str, str]:
-    name = bridge.file_stem(obj.name)
+    name = cache_files.file_stem(obj.name)
     if bpy.data.filepath:
         path = os.path.join(os.path.dirname(bpy.data.filepath),
                             f"{os.path.splitext(os.path.basename(bpy.data.filepath))[0]}.{name}.neurok.ckpt")
         return path, bpy.path.relpath(path)
-    path = str(bridge.temp_cache_dir() / f"specialized_{os.getpid()}_{name}.neurok.ckpt")
+    path = str(cache_files.temp_cache_dir() / f"specialized_{os.getpid()}_{name}.neurok.ckpt")
     return path, path
 
 
