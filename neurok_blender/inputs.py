@@ -12,9 +12,10 @@ from .mesh_data import transform
 class Inputs:
     """Everything a run needs, as plain data (a worker thread may use all of it)."""
     obj_name: str
-    setup: object  # engine.core.scene.Setup, world space
+    setup: object  # engine.core.setup.Setup, world space
     mesh: object  # engine.core.formats.Mesh, world space
-    scene: dict  # neurok.scene/1 with weights resolved (world space)
+    material: dict  # as the settings say it (the preset's name only while the sliders match it), for export
+    pin_strength: float  # for export: the scene format keeps pin weights and strength apart
     matrix: np.ndarray  # object -> world at the first frame
     inverse: np.ndarray  # world -> object: [4,4], or [T,4,4] when the object moves (one per frame)
     frame_start: int

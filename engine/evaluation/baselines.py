@@ -70,7 +70,8 @@ def mlp(sizes):
     return nn.Sequential(*layers)
 
 
-from ..core.scene import Setup, setup_from_sequence
+from ..core.scene import setup_from_sequence
+from ..core.setup import Setup
 from ..training.generate import load_index
 
 MLP_FORMAT = "neurok.latent_mlp/1"
