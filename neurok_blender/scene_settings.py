@@ -37,7 +37,7 @@ def material_dict(settings) -> dict:
     return out
 
 
-def engine_choice(context) -> tuple[str, str | None]:
+def choose_engine(context) -> tuple[str, str | None]:
     s = context.scene.neurok
     if ENGINE_PROBLEM:  # both engines run inside the engine package, which needs torch and scipy
         raise UserError(ENGINE_PROBLEM)

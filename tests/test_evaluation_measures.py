@@ -77,8 +77,7 @@ def test_noise_floor_reader_and_absence():
     r = read_noise_floor({"frames": 24, "hold_still_rel_l2": {"mean": 0.5}, "rel_l2": {"1": 0.01, "mean": 0.02},
                           "ratio_to_hold_still": {"mean": 0.04}})
     assert r["rel_l2"] == 0.02 and r["ratio_to_hold_still"] == 0.04 and r["available"]
-    if importlib.util.find_spec("engine.reference.noise_floor") is None:
-        assert noise_floor_for(None)["available"] is False
+    assert noise_floor_for(None)["available"] is False  # a failed measurement is reported, not raised
 
 
 @pytest.fixture(scope="module")

@@ -410,7 +410,7 @@ def write_report(suite, result, scenes, beam, stress, bench_result, ablations, d
                    "(`--preset full`) makes the full report." if preset == "small" else "")
     nf_avail = [r for r in scenes.get("scenes", []) if r.get("noise_floor", {}).get("available")]
     if nf_avail:
-        noise_note = (f"Noise floor measured on {', '.join(r['name'] for r in nf_avail)} (`engine/reference/noise_floor.py`: "
+        noise_note = (f"Noise floor measured on {', '.join(r['name'] for r in nf_avail)} (`engine/evaluation/noise_floor.py`: "
                       f"the reference at its default resolution against twice that, first {cfg.get('noise_frames')} frames; "
                       "the ground truth here runs at the generator's coarser settings, so its own error is at least "
                       "this); n/a where this preset does not measure it (each costs two reference runs).")

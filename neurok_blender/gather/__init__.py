@@ -18,7 +18,7 @@ from ..engine_link import scene as escene
 from ..inputs import Inputs
 from ..mesh_data import topology_hash
 from ..objects import UserError, check_object
-from ..scene_settings import engine_choice, frame_range, material_dict, scene_dt, scene_gravity
+from ..scene_settings import choose_engine, frame_range, material_dict, scene_dt, scene_gravity
 from .body import sample_body
 from .colliders import collider_objects, gather_colliders
 from .effectors import field_objects, gather_effectors, gather_field_params
@@ -42,7 +42,7 @@ def gather(context, obj, check_engine: bool = True) -> Inputs:
     frames = end - start + 1
     if frames < 2:
         raise UserError(f"The frame range {start}-{end} needs at least two frames.")
-    engine_name, model = engine_choice(context) if check_engine else ("reference", None)
+    engine_name, model = choose_engine(context) if check_engine else ("reference", None)
     dt = scene_dt(scene)
     warnings, notes = [], []
 
