@@ -18,7 +18,7 @@ import traceback
 import bpy
 
 from . import objects
-from .engine_link import Cancelled, NeurokError, SimulationFault, api
+from .engine_link import Cancelled, NeurokError, SimulationFault, api, missing_module_sentence
 
 JOBS: dict[str, "Job"] = {}
 # Callables (job, done, total) run on the main thread after each progress step; tests use them to
@@ -113,9 +113,7 @@ class Job:
         except NeurokError as e:
             self._emit("error", str(e))
         except ImportError as e:
-            missing = getattr(e, "name", None) or str(e)
-            self._emit("error", f"Blender's Python lacks the module '{missing}' that the engine needs; install the "
-                                "NeuROK build for your platform (it bundles torch and scipy).")
+            self._emit("error", missing_module_sentence(e))
         except Exception as e:  # an engine bug: keep Blender alive, say it in one line, log the traceback
             traceback.print_exc()
             self._emit("error", f"The engine failed ({type(e).__name__}: {e}).")

@@ -37,13 +37,19 @@ def material_dict(settings) -> dict:
     return out
 
 
+def model_file(context) -> str:
+    """The scene's model file as an absolute path; "" for the bundled model."""
+    path = context.scene.neurok.model_path
+    return bpy.path.abspath(path) if path else ""
+
+
 def choose_engine(context) -> tuple[str, str | None]:
     s = context.scene.neurok
     if ENGINE_PROBLEM:  # both engines run inside the engine package, which needs torch and scipy
         raise UserError(ENGINE_PROBLEM)
     if s.engine == 'REFERENCE':
         return "reference", None
-    model = bpy.path.abspath(s.model_path) if s.model_path else ""
+    model = model_file(context)
     problem = learned_engine_status(model)
     if problem:
         raise UserError(problem)

@@ -743,7 +743,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         bpy.data.objects.remove(plane)
 
     # ------------------------------------------------------------------ learned engine (only with a bundled checkpoint)
-    if link.default_model_path() is None or link.learned_engine_status("") is not None:
+    if link.bundled_model() is None or link.learned_engine_status("") is not None:
         results["learned_engine"] = {"ok": True, "skipped": True, "detail": "no bundled checkpoint in this build"}
     else:
         with check("learned_engine"):

@@ -3,8 +3,8 @@ drain its queue on TIMER events, and finish on the main thread with fresh bpy lo
 
 import bpy
 
-from .. import gather, jobs, mesh_data, objects, preferences
-from ..engine_link import NeurokError
+from .. import gather, jobs, mesh_data, objects, preferences, scene_settings
+from ..engine_link import NeurokError, learned_engine_status
 
 
 def report_warnings(op, warnings) -> None:
@@ -195,3 +195,30 @@ def busy_or_report(op, obj_name) -> bool:
         return False
     op.report({'ERROR'}, f"NeuROK is already running a {job.kind} on '{obj_name}'; wait for it or press Esc.")
     return True
+
+
+class LearnedOnly:
+    """Mixin for what only the learned engine does (Sample Pose, Specialize): greyed out, with the reason,
+    while it cannot run. `why_learned` starts the reason ("" for the engine's own sentence alone)."""
+    why_learned = ""
+
+    @classmethod
+    def unavailable_reason(cls, context) -> str | None:
+        problem = learned_engine_status(scene_settings.model_file(context))
+        if problem and cls.why_learned:
+            return f"{cls.why_learned}: {problem[0].lower()}{problem[1:]}"
+        return problem
+
+    @classmethod
+    def poll(cls, context):
+        reason = cls.unavailable_reason(context)
+        if reason:
+            cls.poll_message_set(reason)
+        return reason is None
+
+    def refused(self, context) -> bool:
+        """True (and the reason reported) when the learned engine cannot run."""
+        reason = self.unavailable_reason(context)
+        if reason:
+            self.report({'ERROR'}, reason)
+        return reason is not None

@@ -5,17 +5,9 @@ import os
 import bpy
 from bpy.props import FloatProperty, StringProperty
 
-from .. import cache_files, jobs
-from ..engine_link import api, learned_engine_status
+from .. import cache_files, jobs, scene_settings
+from ..engine_link import api
 from . import _common
-
-
-def unavailable_reason(context) -> str | None:
-    s = context.scene.neurok
-    problem = learned_engine_status(bpy.path.abspath(s.model_path) if s.model_path else "")
-    if problem:
-        return "Specialization fine-tunes the learned model: " + problem[0].lower() + problem[1:]
-    return None
 
 
 def output_path(obj) -> tuple[str, str]:
@@ -28,7 +20,7 @@ def output_path(obj) -> tuple[str, str]:
     return path, path
 
 
-class NEUROK_OT_specialize(_common.JobOperator, bpy.types.Operator):
+class NEUROK_OT_specialize(_common.LearnedOnly, _common.JobOperator, bpy.types.Operator):
     """Fine-tune the learned model on this object: simulate it with the reference engine for a while and train
     on that; the result becomes this scene's model file"""
     bl_idname = "neurok.specialize"
@@ -41,19 +33,10 @@ class NEUROK_OT_specialize(_common.JobOperator, bpy.types.Operator):
 
     job_kind = "specialize"
     cancelled_message = "Specialization cancelled; the model was not changed."
-
-    @classmethod
-    def poll(cls, context):
-        reason = unavailable_reason(context)
-        if reason:
-            cls.poll_message_set(reason)
-            return False
-        return True
+    why_learned = "Specialization fine-tunes the learned model"
 
     def execute(self, context):
-        reason = unavailable_reason(context)
-        if reason:
-            self.report({'ERROR'}, reason)
+        if self.refused(context):
             return {'CANCELLED'}
         obj = _common.target_or_report(self, context, self.object_name)
         if obj is None or _common.busy_or_report(self, obj.name):
@@ -64,7 +47,7 @@ class NEUROK_OT_specialize(_common.JobOperator, bpy.types.Operator):
         minutes = self.minutes or context.scene.neurok.specialize_minutes
         path, stored = output_path(obj)
         self._stored = stored
-        model = bpy.path.abspath(context.scene.neurok.model_path) if context.scene.neurok.model_path else None
+        model = scene_settings.model_file(context) or None
         kind = inputs.setup.material.get("kind")
 
         def task(job):
