@@ -46,20 +46,21 @@ def transform(points: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     return points @ matrix[:3, :3].T + matrix[:3, 3]
 
 
-def vertex_group_weights(obj, names) -> dict[str, np.ndarray]:
-    """Weights [N] of the named vertex groups (0 where a vertex is not in the group)."""
+def vertex_group_weights(obj, names, mesh=None) -> dict[str, np.ndarray]:
+    """Weights [N] of the named vertex groups (0 where a vertex is not in the group), read from `mesh`
+    (obj.data unless given: the evaluated mesh when modifiers come before NeuROK)."""
+    mesh = obj.data if mesh is None else mesh
     names = [n for n in dict.fromkeys(names) if n]
     if not names:
         return {}
-    n = len(obj.data.vertices)
     index = {}
     for name in names:
         vg = obj.vertex_groups.get(name)
         if vg is None:
             raise UserError(f"'{obj.name}' has no vertex group named '{name}'.")
         index[vg.index] = name
-    out = {name: np.zeros(n) for name in names}
-    for v in obj.data.vertices:
+    out = {name: np.zeros(len(mesh.vertices)) for name in names}
+    for v in mesh.vertices:
         for g in v.groups:
             name = index.get(g.group)
             if name is not None:

@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from .animation import channelbag_fcurves, maybe_animated
-from .mesh_data import mesh_data_arrays
+from .mesh_data import mesh_data_arrays, vertex_group_weights
 from .objects import UserError
 
 
@@ -140,21 +140,7 @@ def evaluated_input(context, obj, groups=()) -> tuple[np.ndarray, np.ndarray, di
     me = ev.to_mesh()
     try:
         co, tris = mesh_data_arrays(me)
-        weights = {}
-        names = [g for g in dict.fromkeys(groups) if g]
-        if names:
-            index = {}
-            for name in names:
-                vg = obj.vertex_groups.get(name)
-                if vg is None:
-                    raise UserError(f"'{obj.name}' has no vertex group named '{name}'.")
-                index[vg.index] = name
-            weights = {name: np.zeros(len(me.vertices)) for name in names}
-            for v in me.vertices:
-                for g in v.groups:
-                    name = index.get(g.group)
-                    if name is not None:
-                        weights[name][v.index] = g.weight
+        weights = vertex_group_weights(obj, groups, mesh=me)
     finally:
         ev.to_mesh_clear()
     return co, tris, weights

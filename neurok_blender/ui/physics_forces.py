@@ -89,53 +89,58 @@ def draw_field_objects(layout, context, obj) -> None:
             wrapped(layout, p, icon='ERROR', alert=params is None)
 
 
+def draw_field_weights(layout, context, obj) -> None:
+    st = obj.neurok
+    layout.prop(st, "field_collection")
+    layout.prop(st, "field_influence")
+    col = layout.column(align=True)
+    for name in ("gravity", "all", *FIELD_WEIGHT_NAMES):
+        col.prop(st.field_weights, name)
+    draw_field_objects(layout, context, obj)
+    wrapped(layout.box(), fields.NOT_SUPPORTED_NOTE, icon='INFO')
+
+
+def draw_collisions(layout, context, obj) -> None:
+    layout.prop(obj.neurok, "collision_collection")
+    obs = gather.collider_objects(context, obj)
+    if not obs:
+        wrapped(layout, "No collision objects: give an object Physics ▸ Collision.", icon='INFO')
+    for ob in obs:
+        layout.label(text=f"{ob.name}: thickness {ob.collision.thickness_outer:g} m", icon='MOD_PHYSICS')
+    wrapped(layout.box(), "Collision objects are handed to the engines (scene key 'colliders'); the learned "
+                          "engine feels them at its contact samples, the Reference engine at every vertex "
+                          "(see docs/ADDON.md).", icon='INFO')
+
+
+def toggled(toggle, draw_settings):
+    """`draw_header` and `draw` of a sub-panel switched on and off by the checkbox of the object's setting
+    `toggle` in its header. Plain functions rather than methods of a base class: the tests draw panels with a
+    stand-in for `self`."""
+    def draw_header(self, context):
+        self.layout.prop(mesh_object(context).neurok, toggle, text="")
+
+    def draw(self, context):
+        obj = mesh_object(context)
+        layout = self.layout
+        layout.active = getattr(obj.neurok, toggle)
+        layout.use_property_split = True
+        draw_settings(layout, context, obj)
+
+    return draw_header, draw
+
+
 class PHYSICS_PT_neurok_fields(PhysicsSubPanel, bpy.types.Panel):
     bl_idname = "PHYSICS_PT_neurok_fields"
     bl_label = "Field Weights"
     bl_options = {'DEFAULT_CLOSED'}
-
-    def draw_header(self, context):
-        self.layout.prop(mesh_object(context).neurok, "use_force_fields", text="")
-
-    def draw(self, context):
-        obj = mesh_object(context)
-        st = obj.neurok
-        layout = self.layout
-        layout.active = st.use_force_fields
-        layout.use_property_split = True
-        layout.prop(st, "field_collection")
-        layout.prop(st, "field_influence")
-        col = layout.column(align=True)
-        for name in ("gravity", "all", *FIELD_WEIGHT_NAMES):
-            col.prop(st.field_weights, name)
-        draw_field_objects(layout, context, obj)
-        wrapped(layout.box(), fields.NOT_SUPPORTED_NOTE, icon='INFO')
+    draw_header, draw = toggled("use_force_fields", draw_field_weights)
 
 
 class PHYSICS_PT_neurok_collisions(PhysicsSubPanel, bpy.types.Panel):
     bl_idname = "PHYSICS_PT_neurok_collisions"
     bl_label = "Collisions"
     bl_options = {'DEFAULT_CLOSED'}
-
-    def draw_header(self, context):
-        self.layout.prop(mesh_object(context).neurok, "use_colliders", text="")
-
-    def draw(self, context):
-        obj = mesh_object(context)
-        st = obj.neurok
-        layout = self.layout
-        layout.active = st.use_colliders
-        layout.use_property_split = True
-        layout.prop(st, "collision_collection")
-        obs = gather.collider_objects(context, obj)
-        if not obs:
-            wrapped(layout, "No collision objects: give an object Physics ▸ Collision.", icon='INFO')
-        for ob in obs:
-            c = ob.collision
-            layout.label(text=f"{ob.name}: thickness {c.thickness_outer:g} m", icon='MOD_PHYSICS')
-        wrapped(layout.box(), "Collision objects are handed to the engines (scene key 'colliders'); the learned "
-                              "engine feels them at its contact samples, the Reference engine at every vertex "
-                              "(see docs/ADDON.md).", icon='INFO')
+    draw_header, draw = toggled("use_colliders", draw_collisions)
 
 
 classes = (PHYSICS_PT_neurok_forces, PHYSICS_PT_neurok_fields, PHYSICS_PT_neurok_collisions)
