@@ -22,7 +22,8 @@ from .core.coupling import Together, link
 from .core.errors import Cancelled, FormatError, NeurokError, SimulationFault
 from .core.formats import Mesh, read_mesh, read_sequence, write_pc2, write_sequence
 from .core.run import Engine, Run
-from .core.scene import Setup, read_scene, setup_from_scene, setup_from_sequence
+from .core.scene import read_scene, setup_from_arrays, setup_from_scene, setup_from_sequence
+from .core.setup import Setup
 from .learned.checkpoint import default_model_path
 from .learned.runtime import NeurokEngine, NeurokRun
 from .reference.engine import ReferenceEngine, ReferenceRun
@@ -30,7 +31,7 @@ from .training.specialize import specialize
 
 __all__ = ["Cancelled", "Engine", "FormatError", "Mesh", "NeurokEngine", "NeurokError", "NeurokRun",
            "ReferenceEngine", "ReferenceRun", "Run", "Setup", "SimulationFault", "default_model_path",
-           "open_engine", "pick_device", "prepare_together", "read_mesh", "read_scene", "read_sequence", "setup_from_scene",
+           "open_engine", "pick_device", "prepare_together", "read_mesh", "read_scene", "read_sequence", "setup_from_arrays", "setup_from_scene",
            "setup_from_sequence", "simulate", "simulate_together", "specialize", "Together", "write_pc2", "write_sequence"]
 
 ENGINES = ("neurok", "reference")

@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="the main job: bake the bundled samples in Blender (headless)")
     d.add_argument("--out", default="demo_out")
-    d.add_argument("--engine", choices=("neurok", "reference"), default=None)
+    d.add_argument("--engine", choices=("neurok", "reference"), default=None,
+                   help="default: the learned engine when its checkpoint is present, else the reference")
+    d.add_argument("--frames", type=_positive_int, default=None, help="frames to bake (default 48 learned, 24 reference)")
 
     ev = sub.add_parser("evalsuite", help="regenerate docs/EVALUATION.md (small or full preset)")
     ev.add_argument("--preset", choices=("small", "full"), default="small")
@@ -185,7 +187,11 @@ def cmd_demo(args):
     root = Path(__file__).resolve().parent.parent
     if not (root / "neurok_blender" / "demo.py").is_file():
         raise NeurokError("the demo lives in the repository's neurok_blender/ folder, which is not next to this engine")
-    command = [sys.executable, "-m", "neurok_blender.demo", "--out", str(Path(args.out).resolve()), "--engine", args.engine]
+    command = [sys.executable, "-m", "neurok_blender.demo", "--out", str(Path(args.out).resolve())]
+    if args.engine:
+        command += ["--engine", args.engine]
+    if args.frames:
+        command += ["--frames", str(args.frames)]
     code = subprocess.call(command, cwd=root)
     if code:
         raise NeurokError(f"the demo failed (exit status {code})")

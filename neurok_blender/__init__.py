@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bpy
 
-from . import bridge, handlers, jobs, preferences, properties, ui
+from . import cache_files, handlers, jobs, preferences, properties, ui
 from .operators import classes as operator_classes
 
 classes = (*preferences.classes, *operator_classes, *ui.classes)
@@ -26,7 +26,7 @@ def unregister():
     jobs.forget_engines()
     handlers.unregister()
     ui.unregister_appends()
-    bridge.empty_trash()
+    cache_files.empty_trash()
     for cls in reversed(classes):
         bpy.utils.unregister_class(cls)
     properties.unregister()

@@ -24,7 +24,7 @@ import bpy
 import numpy as np
 from mathutils import Matrix, Vector
 
-from . import bridge, jobs
+from . import cache_files, jobs, mesh_data
 from .engine_link import SAMPLES_DIR, NeurokError, formats, learned_engine_status
 
 SPACING = 0.9
@@ -51,7 +51,7 @@ def _import_obj(name: str, fallback):
         obj = bpy.context.active_object
     obj.name = name
     # move the origin to the bounding-box centre so placement below is simple
-    co = bridge.mesh_arrays(obj)[0]
+    co = mesh_data.mesh_arrays(obj)[0]
     centre = 0.5 * (co.min(axis=0) + co.max(axis=0))
     obj.data.transform(Matrix.Translation(-Vector(centre)))
     return obj
@@ -88,7 +88,7 @@ def build_scene(frames: int, engine: str) -> dict:
                                                                       rotation=(math.pi / 2, 0.0, 0.0)))
     flag.location = (0.0, 0.0, 0.75)
     flag.neurok.preset = 'cloth'
-    co = bridge.mesh_arrays(flag)[0]
+    co = mesh_data.mesh_arrays(flag)[0]
     _group(flag, "Pole", co[:, 0] <= co[:, 0].min() + 1e-4 + 0.02 * np.ptp(co[:, 0]))
     _group(flag, "All", np.ones(len(co), bool))
     flag.neurok.pin_group = "Pole"
@@ -104,7 +104,7 @@ def build_scene(frames: int, engine: str) -> dict:
     made["flag"] = flag
 
     jelly = _import_obj("jelly", lambda: bpy.ops.mesh.primitive_cube_add(size=0.25))
-    co = bridge.mesh_arrays(jelly)[0]
+    co = mesh_data.mesh_arrays(jelly)[0]
     jelly.location = (SPACING, 0.0, -co[:, 2].min() + 0.003)
     jelly.neurok.preset = 'jelly'
     jelly.neurok.stiffness = 2.0e4  # a firm jelly: the 3 kPa preset slumps under its own weight at this size
@@ -154,14 +154,14 @@ def _look_at(cam, target, offset, size):
 
 def _world_bounds(obj):
     """Bounding box of the object over the whole bake (world space), so the camera keeps it in view."""
-    co = bridge.mesh_arrays(obj)[0]
+    co = mesh_data.mesh_arrays(obj)[0]
     path = obj.neurok.bake.cache_path
     if path:
         try:
             co = formats.read_pc2(bpy.path.abspath(path))[0].reshape(-1, 3)
         except NeurokError:
             pass
-    world = bridge.transform(co.astype(np.float64), bridge.matrix_np(obj.matrix_world))
+    world = mesh_data.transform(co.astype(np.float64), mesh_data.matrix_np(obj.matrix_world))
     return world.min(axis=0), world.max(axis=0)
 
 
@@ -180,7 +180,7 @@ def contact_sheet(objects: dict, out_png: Path, frames: list[int], size=(200, 16
     cam = bpy.data.objects.new("NeuROK Demo Camera", cam_data)
     scene.collection.objects.link(cam)
     scene.camera = cam
-    tmp = bridge.temp_cache_dir() / "demo_frames"
+    tmp = cache_files.temp_cache_dir() / "demo_frames"
     tmp.mkdir(exist_ok=True)
     w, h = size
     gap = 4

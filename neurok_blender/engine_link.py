@@ -31,6 +31,14 @@ else:  # development checkout: the repo root holds `engine/` next to `neurok_ble
     from engine.core import formats, scene
     from engine.core.errors import Cancelled, NeurokError, SimulationFault
 
+
+def missing_module_sentence(error: ImportError, what: str = "The NeuROK engine cannot run") -> str:
+    """One sentence for a module Blender's Python lacks (torch, scipy), and what to install instead."""
+    missing = getattr(error, "name", None) or str(error)
+    return (f"{what}: the Python module '{missing}' is missing from Blender's Python; "
+            "install the self-contained NeuROK build for your platform.")
+
+
 ENGINE_PROBLEM: str | None = None
 try:
     if VENDORED:
@@ -39,21 +47,25 @@ try:
         from engine import api
 except ImportError as e:  # torch (or scipy) missing from Blender's Python
     api = None
-    missing = getattr(e, "name", None) or str(e)
-    ENGINE_PROBLEM = (f"The NeuROK engine cannot run: the Python module '{missing}' is missing from Blender's Python. "
-                      "Install the self-contained NeuROK build for your platform.")
+    ENGINE_PROBLEM = missing_module_sentence(e)
 
 ASSETS_DIR = Path(formats.__file__).resolve().parents[2] / "assets"
 SAMPLES_DIR = ASSETS_DIR / "samples"
 
-__all__ = ["ASSETS_DIR", "Cancelled", "ENGINE_PROBLEM", "ecolliders", "efields", "NeurokError", "SAMPLES_DIR", "SimulationFault", "api",
-           "default_model_path", "formats", "learned_engine_status", "scene"]
+__all__ = ["ASSETS_DIR", "Cancelled", "ENGINE_PROBLEM", "ecolliders", "efields", "NeurokError", "SAMPLES_DIR",
+           "SimulationFault", "api", "bundled_model", "formats", "learned_engine_status", "missing_module_sentence",
+           "scene"]
 
 
-def default_model_path() -> Path | None:
-    """The bundled checkpoint, or None when this build has none."""
-    path = ASSETS_DIR / "neurok_default.ckpt"
-    return path if path.is_file() else None
+def bundled_model() -> Path | None:
+    """The engine's default model (`api.default_model_path`), or None when this build has none or the engine
+    cannot load."""
+    if api is None:
+        return None
+    try:
+        return api.default_model_path()
+    except NeurokError:
+        return None
 
 
 def learned_engine_status(model_path: str = "") -> str | None:
@@ -64,7 +76,7 @@ def learned_engine_status(model_path: str = "") -> str | None:
         if not Path(model_path).is_file():
             return f"The model file '{model_path}' does not exist."
         return None
-    if default_model_path() is None:
+    if bundled_model() is None:
         return "The bundled model is missing from this build; pick a model file or switch Engine to Reference."
     return None
 

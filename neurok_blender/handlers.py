@@ -14,7 +14,7 @@ import shutil
 import bpy
 from bpy.app.handlers import persistent
 
-from . import bridge, jobs
+from . import cache_files, jobs, preview_cache, stack
 
 
 def _blend_path(args) -> str:
@@ -25,7 +25,7 @@ def _cache_objects():
     for obj in bpy.data.objects:
         if obj.type != 'MESH' or obj.library is not None:
             continue
-        mod = bridge.own_modifier(obj, bridge.CACHE_MODIFIER)
+        mod = stack.own_modifier(obj, stack.CACHE_MODIFIER)
         if mod is not None:
             yield obj, mod
 
@@ -40,9 +40,9 @@ def on_save_pre(*args):
     stem = os.path.splitext(os.path.basename(new_path))[0]
     for obj, mod in _cache_objects():
         src = bpy.path.abspath(mod.filepath)
-        if not (src and os.path.isfile(src) and bridge.in_temp_cache(src)):
+        if not (src and os.path.isfile(src) and cache_files.in_temp_cache(src)):
             continue
-        dst = os.path.join(new_dir, f"{stem}.{bridge.file_stem(obj.name)}.neurok.pc2")
+        dst = os.path.join(new_dir, f"{stem}.{cache_files.file_stem(obj.name)}.neurok.pc2")
         try:
             shutil.move(src, dst)
         except OSError as e:
@@ -62,7 +62,7 @@ def on_save_post(*args):
         return
     for obj, mod in _cache_objects():
         path = mod.filepath
-        if path and not path.startswith("//") and not bridge.in_temp_cache(path):
+        if path and not path.startswith("//") and not cache_files.in_temp_cache(path):
             try:
                 path = bpy.path.relpath(path)
             except ValueError:  # another drive on Windows
@@ -74,14 +74,14 @@ def on_save_post(*args):
 @persistent
 def on_load_pre(*args):
     jobs.cancel_all()
-    bridge.empty_trash()  # the undo history goes with the old file
+    cache_files.empty_trash()  # the undo history goes with the old file
 
 
 @persistent
 def on_undo_redo_post(*args):
     """Undo of Free Bake brings the modifier back: bring its parked file back too (and park it again on Redo)."""
     try:
-        bridge.sync_trash()
+        cache_files.sync_trash()
     except OSError as e:
         print(f"NeuROK: could not restore a cache file after undo ({e})")
 
@@ -89,8 +89,8 @@ def on_undo_redo_post(*args):
 @persistent
 def on_load_post(*args):
     for obj in bpy.data.objects:
-        if obj.type == 'MESH' and obj.library is None and bridge.own_modifier(obj, bridge.PREVIEW_MODIFIER):
-            bridge.remove_preview(obj)
+        if obj.type == 'MESH' and obj.library is None and stack.own_modifier(obj, stack.PREVIEW_MODIFIER):
+            preview_cache.remove_preview(obj)
 
 
 HANDLERS = (

@@ -17,8 +17,8 @@ import traceback
 
 import bpy
 
-from . import bridge
-from .engine_link import Cancelled, NeurokError, SimulationFault, api
+from . import objects
+from .engine_link import Cancelled, NeurokError, SimulationFault, api, missing_module_sentence
 
 JOBS: dict[str, "Job"] = {}
 # Callables (job, done, total) run on the main thread after each progress step; tests use them to
@@ -113,9 +113,7 @@ class Job:
         except NeurokError as e:
             self._emit("error", str(e))
         except ImportError as e:
-            missing = getattr(e, "name", None) or str(e)
-            self._emit("error", f"Blender's Python lacks the module '{missing}' that the engine needs; install the "
-                                "NeuROK build for your platform (it bundles torch and scipy).")
+            self._emit("error", missing_module_sentence(e))
         except Exception as e:  # an engine bug: keep Blender alive, say it in one line, log the traceback
             traceback.print_exc()
             self._emit("error", f"The engine failed ({type(e).__name__}: {e}).")
@@ -217,7 +215,7 @@ def running(obj_name: str, kind: str | None = None) -> Job | None:
 def follow_rename(job: "Job"):
     """The job's object, found by its session uid if it was renamed meanwhile (the job is then re-keyed under
     the new name, so the panel, the modal operator and the result all follow the object). None if deleted."""
-    obj = bridge.find_object(job.obj_name, getattr(job.inputs, "obj_uid", None))
+    obj = objects.find_object(job.obj_name, getattr(job.inputs, "obj_uid", None))
     if obj is not None and obj.name != job.obj_name:
         old = job.obj_name
         if JOBS.get(old) is job:

@@ -124,7 +124,13 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
             assert hasattr(bpy.ops.neurok, name), name
         assert hasattr(bpy.types.Object, "neurok") and hasattr(bpy.types.Scene, "neurok")
     addon = sys.modules[PKG]
-    bridge = importlib.import_module(PKG + ".bridge")
+    animation = importlib.import_module(PKG + ".animation")
+    cache_files = importlib.import_module(PKG + ".cache_files")
+    export = importlib.import_module(PKG + ".export")
+    gather = importlib.import_module(PKG + ".gather")
+    mesh_data = importlib.import_module(PKG + ".mesh_data")
+    records = importlib.import_module(PKG + ".records")
+    shape_keys = importlib.import_module(PKG + ".shape_keys")
     jobs = importlib.import_module(PKG + ".jobs")
     link = importlib.import_module(PKG + ".engine_link")
     fields = importlib.import_module(PKG + ".fields")
@@ -218,7 +224,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         assert pc2_first.shape == (T, n_cube, 3), pc2_first.shape
         assert cube.neurok.bake.kind == 'CACHE' and cube.neurok.bake.vertex_count == n_cube
     with check("cache_matches_engine"):
-        inputs = bridge.gather(bpy.context, cube)
+        inputs = gather.gather(bpy.context, cube)
         frames = link.api.open_engine("reference").prepare(inputs.setup).bake()
         expect = inputs.to_local(frames)
         err = float(np.abs(expect - pc2_first).max())
@@ -238,7 +244,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         g = 9.81 * 0.5 * ((T - 1) / 24.0) ** 2
         assert 0.3 * g < fall < 1.5 * g, (fall, g)  # falls along world -Z although the object is rotated
         assert c1[0] - c0[0] > 0.0, (c0, c1)  # the impulse pushed along world +X
-        assert np.allclose(world[0], bridge.transform(bridge.mesh_arrays(cube)[0], m), atol=1e-4)
+        assert np.allclose(world[0], mesh_data.transform(mesh_data.mesh_arrays(cube)[0], m), atol=1e-4)
         record("world_space", True, f"fell {fall:.4f} m (free fall {g:.4f}), moved +x {c1[0] - c0[0]:.4f}")
     with check("user_data_kept_after_bake"):
         after = snapshot_keys(cube)
@@ -284,7 +290,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         assert all(np.array_equal(after[k], keys_before[k]) for k in after)
         assert [m.name for m in cube.modifiers] == ["UserCache"]
         assert cube.neurok.bake.kind == 'NONE'
-        fcurves = bridge._channelbag_fcurves(cube.data.shape_keys)
+        fcurves = animation.channelbag_fcurves(cube.data.shape_keys)
         assert fcurves is None or not [fc for fc in fcurves if "NeuROK" in fc.data_path]
 
     # ------------------------------------------------------------------ imported OBJ: absolute shape keys
@@ -326,7 +332,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         assert key is not None and not key.use_relative and jelly.neurok.bake.shape_key_mode == 'ABSOLUTE'
         ours = [kb for kb in key.key_blocks if kb.name.startswith("NeuROK ")]
         assert len(ours) == T
-        fc = bridge.find_fcurve(key, "eval_time")
+        fc = animation.find_fcurve(key, "eval_time")
         assert fc is not None and len(fc.keyframe_points) == T
         assert all(kp.interpolation == 'LINEAR' for kp in fc.keyframe_points)
         jelly_played = np.stack([eval_co(jelly, fr) for fr in range(FRAMES[0], FRAMES[1] + 1)])
@@ -347,7 +353,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         record("shape_keys_absolute_obj", True, f"{n_jelly} vertices, shape keys vs engine frames {worst:.2e}, "
                                                 f"between frames {worst_mid:.2e}")
     with check("pin_target_moves_pins"):
-        inputs = bridge.gather(bpy.context, jelly)
+        inputs = gather.gather(bpy.context, jelly)
         pt = inputs.setup.pin_targets
         assert pt is not None and pt.shape == (T, n_jelly, 3)
         pinned = inputs.setup.pin_weight > 0
@@ -363,7 +369,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         bpy.ops.mesh.primitive_ico_sphere_add(subdivisions=2, radius=0.15, location=(2, 0, 0.5))
         ball = bpy.context.active_object
         ball.name = "Ball"
-        expected_path = bridge.cache_file_for(ball)[0]
+        expected_path = cache_files.cache_file_for(ball)[0]
         calls = []
 
         def hook(job, done, total):
@@ -422,11 +428,13 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
     bpy.context.active_object.name = "Swirl"
     select_only(flag)
     with check("force_fields"):
-        inputs = bridge.gather(bpy.context, flag)
+        inputs = gather.gather(bpy.context, flag)
         assert any("Swirl" in w and "not support" in w for w in inputs.warnings), inputs.warnings
-        table = inputs.setup.accel_table
-        assert table is not None and table.shape == (T, len(fl), 3)
-        rest = inputs.setup.rest
+        setup = inputs.setup
+        assert setup.accel_table is None and [e.name for e in setup.effectors] == ["Wind"]  # the engines evaluate it
+        rest = setup.rest
+        table = [link.efields.total_accel(setup.effectors, 0, rest, None, link.efields.vertex_normals(rest, setup.faces),
+                                          surface=True)]
         mw = np.array(wind.matrix_world)
         nz = mw[:3, 2] / np.linalg.norm(mw[:3, 2])
         d = np.abs((rest - mw[:3, 3]) @ nz)  # plane shape: distance to the field's XY plane
@@ -440,20 +448,20 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         acc = fields.field_accel(pts, np.eye(4), p)
         assert np.allclose(acc[0], [2.0, 0, 0]) and np.allclose(acc[1], [2.0 * 1.5 ** -2, 0, 0]) and np.allclose(acc[2], 0)
     with check("keyframed_force"):
-        base = bridge.gather(bpy.context, flag).setup.accel_table
+        base = gather.gather(bpy.context, flag).setup.accel_frames()
         f = flag.neurok.forces.add()
         f.name, f.vertex_group, f.direction, f.profile = "Gust", "All", (0, 2, 0), 'KEYFRAMED'
         f.strength = 0.0
         flag.keyframe_insert('neurok.forces[0].strength', frame=1)
         f.strength = 10.0
         flag.keyframe_insert('neurok.forces[0].strength', frame=6)
-        inputs = bridge.gather(bpy.context, flag)
-        fc = bridge.find_fcurve(flag, "neurok.forces[0].strength")
+        inputs = gather.gather(bpy.context, flag)
+        fc = animation.find_fcurve(flag, "neurok.forces[0].strength")
         assert fc is not None and 0.0 < fc.evaluate(3) < 10.0
-        diff = inputs.setup.accel_table - base
+        diff = inputs.setup.accel_frames() - base
         for t in range(T):
             assert np.allclose(diff[t], np.array([0.0, fc.evaluate(FRAMES[0] + t), 0.0])[None, :], atol=1e-6), t
-        assert inputs.scene["forces"][0]["profile"]["type"] == "keyframes"
+        assert export.scene_dict(inputs)["forces"][0]["profile"]["type"] == "keyframes"
         flag.neurok.forces.remove(0)
         flag.animation_data_clear()
     with check("bake_cloth_with_fields"):
@@ -462,7 +470,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         pc2 = read_pc2(bpy.path.abspath(flag.modifiers["NeuROK Cache"].filepath))
         m = np.array(flag.matrix_world)
         world = pc2 @ m[:3, :3].T + m[:3, 3]
-        free = bridge.gather(bpy.context, flag).setup.pin_weight == 0
+        free = gather.gather(bpy.context, flag).setup.pin_weight == 0
         push = float((world[-1, free, 1] - world[0, free, 1]).mean())
         assert push > 0.0, push  # the wind blows along world +Y
         assert float(np.abs(eval_co(flag, 4) - pc2[3]).max()) < 1e-5
@@ -489,11 +497,14 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         assert len(mesh.vertices) == len(fl)
         assert sc["pins"] and len(sc["pins"][0]["select"]["weights"]) == len(fl)
         setup = link.scene.setup_from_scene(mesh, sc)
-        inputs = bridge.gather(bpy.context, flag)
+        inputs = gather.gather(bpy.context, flag)
         assert np.allclose(setup.pin_weight, inputs.setup.pin_weight)
         assert np.allclose(setup.rest, inputs.setup.rest, atol=1e-5)
-        # the wind, exported as static per-axis forces, gives the same accelerations at frame 0
-        assert np.allclose(setup.external_accel(0), inputs.setup.accel_table[0], atol=1e-5)
+        # the wind, exported as static per-axis forces, gives the accelerations the engines see at frame 0 at rest
+        got = inputs.setup
+        normals = link.efields.vertex_normals(got.rest, got.faces)
+        at_rest = got.external_accel(0) + link.efields.total_accel(got.effectors, 0, got.rest, None, normals, surface=True)
+        assert np.allclose(setup.external_accel(0), at_rest, atol=1e-5)
     with check("topology_changed_error"):
         path = bpy.path.abspath(flag.modifiers["NeuROK Cache"].filepath)
         bm = bmesh.new()
@@ -501,19 +512,19 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         bmesh.ops.subdivide_edges(bm, edges=bm.edges[:1], cuts=1)
         bm.to_mesh(flag.data)
         bm.free()
-        problem = bridge.bake_problem(flag)
+        problem = records.bake_problem(flag)
         assert problem and "topology" in problem and one_sentence(problem), problem
         before = (state(flag), Path(path).read_bytes())
         msg, _ = op_error(bpy.ops.neurok.bake_shape_keys, source='CACHE')
         assert msg and "topology" in msg and one_sentence(msg), msg
         assert (state(flag), Path(path).read_bytes()) == before
         r = bpy.ops.neurok.bake_cache()  # baking again is the way out
-        assert r == {'FINISHED'} and bridge.bake_problem(flag) is None
+        assert r == {'FINISHED'} and records.bake_problem(flag) is None
 
     # ------------------------------------------------------------------ interactive plumbing, without a window
     with check("threaded_job"):
         import time as _time
-        inputs = bridge.gather(bpy.context, flag)
+        inputs = gather.gather(bpy.context, flag)
         job = jobs.Job("preview", inputs, stream=True)
         got = []
         job.handler = lambda j, m: got.append(m[1]) if m[0] == "frame" else None
@@ -574,7 +585,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
     ESC = SimpleNamespace(type='ESC', value='PRESS')
 
     def start_modal(d, kind, obj, stream=False):
-        inputs = bridge.gather(fake_ctx, obj)
+        inputs = gather.gather(fake_ctx, obj)
         if hasattr(d, "_setup_state"):
             d._setup_state(inputs)
             d._fingerprint = importlib.import_module(PKG + ".operators.preview").fingerprint(fake_ctx, obj)
@@ -723,16 +734,16 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         bpy.ops.mesh.primitive_plane_add(size=0.2, location=(4, 4, 0))
         plane = bpy.context.active_object
         plane.name = "Long"
-        base = bridge.mesh_arrays(plane)[0].astype(np.float32)
+        base = mesh_data.mesh_arrays(plane)[0].astype(np.float32)
         frames = np.stack([base + np.float32(0.001 * t) for t in range(260)])
-        mode, warnings = bridge.write_shape_keys(plane, frames, 10, 'ABSOLUTE')
+        mode, warnings = shape_keys.write_shape_keys(plane, frames, 10, 'ABSOLUTE')
         assert mode == 'ABSOLUTE' and any("260 frames" in w for w in warnings), warnings
         assert float(np.abs(eval_co(plane, 10 + 200) - frames[200]).max()) < 1e-6
-        assert bridge.remove_shape_keys(plane) and plane.data.shape_keys is None
+        assert shape_keys.remove_shape_keys(plane) and plane.data.shape_keys is None
         bpy.data.objects.remove(plane)
 
     # ------------------------------------------------------------------ learned engine (only with a bundled checkpoint)
-    if link.default_model_path() is None or link.learned_engine_status("") is not None:
+    if link.bundled_model() is None or link.learned_engine_status("") is not None:
         results["learned_engine"] = {"ok": True, "skipped": True, "detail": "no bundled checkpoint in this build"}
     else:
         with check("learned_engine"):
@@ -744,7 +755,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
             pc2 = read_pc2(bpy.path.abspath(ico.modifiers["NeuROK Cache"].filepath))
             assert np.all(np.isfinite(pc2)) and pc2.shape[0] == T
             assert float(np.abs(eval_co(ico, 4) - pc2[3]).max()) < 1e-5
-            inputs = bridge.gather(bpy.context, ico)
+            inputs = gather.gather(bpy.context, ico)
             run = jobs.get_engine("neurok", None, "cpu").prepare(inputs.setup)
             if run.ood is not None:
                 assert ico.neurok.bake.ood_level == run.ood["level"]
@@ -761,7 +772,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
     expected = {}
     with check("save_moves_cache"):
         temp_paths = {o.name: bpy.path.abspath(o.modifiers["NeuROK Cache"].filepath) for o in (jelly, flag)}
-        assert all(bridge.in_temp_cache(p) for p in temp_paths.values()), temp_paths
+        assert all(cache_files.in_temp_cache(p) for p in temp_paths.values()), temp_paths
         for o in (jelly, flag):
             expected[o.name] = read_pc2(temp_paths[o.name]).tolist()
         select_only(flag)

@@ -67,7 +67,8 @@ def _child(zip_path, work, out_json):
         assert bpy.ops.extensions.package_install_files(filepath=zip_path, repo="user_default",
                                                         enable_on_install=True) == {'FINISHED'}
         assert PKG in sys.modules
-    bridge = importlib.import_module(PKG + ".bridge")
+    cache_files = importlib.import_module(PKG + ".cache_files")
+    gather = importlib.import_module(PKG + ".gather")
     jobs = importlib.import_module(PKG + ".jobs")
     scene = bpy.context.scene
     scene.frame_start, scene.frame_end = FRAMES
@@ -118,12 +119,12 @@ def _child(zip_path, work, out_json):
     f.frame_start, f.frame_end = PUSH_FROM, 250
     bpy.context.view_layer.objects.active = ball
     ball.select_set(True)
-    folder = str(bridge.temp_cache_dir())
-    cache_path = bridge.cache_file_for(ball)[0]
+    folder = str(cache_files.temp_cache_dir())
+    cache_path = cache_files.cache_file_for(ball)[0]
 
     fault = {}
     with check("engine_stops_this_setup"):
-        inputs = bridge.gather(bpy.context, ball)
+        inputs = gather.gather(bpy.context, ball)
         run = jobs.get_engine(inputs.engine, inputs.model, "cpu").prepare(inputs.setup)
         try:
             run.bake()

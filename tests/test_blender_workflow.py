@@ -72,7 +72,12 @@ def _child(phase, zip_path, work, out_json):
         assert bpy.ops.extensions.package_install_files(filepath=zip_path, repo="user_default",
                                                         enable_on_install=True) == {'FINISHED'}
         assert PKG in sys.modules
-    bridge = importlib.import_module(PKG + ".bridge")
+    animation = importlib.import_module(PKG + ".animation")
+    cache_files = importlib.import_module(PKG + ".cache_files")
+    export = importlib.import_module(PKG + ".export")
+    gather = importlib.import_module(PKG + ".gather")
+    preview_cache = importlib.import_module(PKG + ".preview_cache")
+    scene_settings = importlib.import_module(PKG + ".scene_settings")
     jobs = importlib.import_module(PKG + ".jobs")
     link = importlib.import_module(PKG + ".engine_link")
     ui = importlib.import_module(PKG + ".ui")
@@ -160,7 +165,7 @@ def _child(phase, zip_path, work, out_json):
         return drawn, list(Recorder.texts)
 
     if phase == "notorch":
-        _notorch(results, check, bpy, link, ui, jobs, bridge, select_only, op_error, one_sentence, draw_all, Recorder, Host)
+        _notorch(results, check, bpy, link, ui, jobs, select_only, op_error, one_sentence, draw_all, Recorder, Host)
         dump()
         return
 
@@ -179,10 +184,15 @@ def _child(phase, zip_path, work, out_json):
         ob.name = name
         return ob
 
+    def fields_at_rest(setup):
+        """The force fields' acceleration [N,3] on the cloth's rest surface at the first frame (as the engines see it)."""
+        normals = link.efields.vertex_normals(setup.rest, setup.faces)
+        return link.efields.total_accel(setup.effectors, 0, setup.rest, None, normals, surface=True)
+
     # ------------------------------------------------------------------ bug: Cube.001 / Cube_001 share a cache file
     with check("cache_names_unique"):
         a, b = ball("Cube.001", (0, 0, 1)), ball("Cube_001", (1, 0, 1))
-        pa, pb = bridge.cache_file_for(a)[0], bridge.cache_file_for(b)[0]
+        pa, pb = cache_files.cache_file_for(a)[0], cache_files.cache_file_for(b)[0]
         assert pa != pb, pa
         for ob in (a, b):
             select_only(ob)
@@ -245,7 +255,7 @@ def _child(phase, zip_path, work, out_json):
     def start_preview(obj):
         ctx = fake_ctx(obj)
         d = dummy_of(preview_mod.NEUROK_OT_preview)
-        inputs = bridge.gather(ctx, obj)
+        inputs = gather.gather(ctx, obj)
         d._setup_state(inputs)
         d._fingerprint = preview_mod.fingerprint(ctx, obj)
         d._obj_name, d._timer = obj.name, None
@@ -296,7 +306,7 @@ def _child(phase, zip_path, work, out_json):
         if not job.finished:
             assert r == {'CANCELLED'} and flag.modifiers.get("NeuROK Preview") is None
         jobs.JOBS.clear()
-        bridge.remove_preview(flag)
+        preview_cache.remove_preview(flag)
 
     with check("keyframed_force_scrub_no_restart"):
         f = flag.neurok.forces.add()
@@ -311,7 +321,7 @@ def _child(phase, zip_path, work, out_json):
         scene.frame_set(3)  # scrubbing changes the current value of the keyed strength ...
         assert abs(flag.neurok.forces[0].strength - 5.0) < 1e-4
         assert preview_mod.fingerprint(ctx, flag) == fp, "scrubbing restarts the preview"  # ... not a setting
-        fc = bridge.find_fcurve(flag, "neurok.forces[0].strength")
+        fc = animation.find_fcurve(flag, "neurok.forces[0].strength")
         fc.keyframe_points[1].co.y = 20.0  # editing the key is
         fc.update()
         assert preview_mod.fingerprint(ctx, flag) != fp
@@ -342,7 +352,7 @@ def _child(phase, zip_path, work, out_json):
         op_bake = importlib.import_module(PKG + ".operators.bake_cache").NEUROK_OT_bake_cache
         d = dummy_of(op_bake)
         ctx = fake_ctx(flag)
-        inputs = bridge.gather(ctx, flag)
+        inputs = gather.gather(ctx, flag)
         d._obj_name, d._timer = flag.name, None
         job = jobs.Job("bake", inputs)
         job.handler = d.on_message
@@ -360,7 +370,7 @@ def _child(phase, zip_path, work, out_json):
     with check("status_bar_progress"):
         assert ui.draw_status in bpy.types.STATUSBAR_HT_header._dyn_ui_initialize(), "not in the status bar"
         ctx = fake_ctx(flag)
-        job = jobs.Job("bake", bridge.gather(ctx, flag))
+        job = jobs.Job("bake", gather.gather(ctx, flag))
         jobs.JOBS[flag.name] = job
         job.done, job.total = 2, 5
         Recorder.texts = []
@@ -410,7 +420,7 @@ def _child(phase, zip_path, work, out_json):
     with check("modifier_stack_simulates_what_comes_before"):
         n_sub = len(box.evaluated_get(bpy.context.evaluated_depsgraph_get()).data.vertices)
         assert n_sub > len(box.data.vertices)
-        inputs = bridge.gather(bpy.context, box)
+        inputs = gather.gather(bpy.context, box)
         assert inputs.vertex_count == n_sub and inputs.evaluated, (inputs.vertex_count, n_sub)
         assert bpy.ops.neurok.bake_cache() == {'FINISHED'}
         names = [m.name for m in box.modifiers]
@@ -421,7 +431,7 @@ def _child(phase, zip_path, work, out_json):
         # what comes after NeuROK applies to its result
         disp = box.modifiers.new("After", 'DISPLACE')
         disp.strength, disp.mid_level = 0.05, 0.0
-        inputs2 = bridge.gather(bpy.context, box)
+        inputs2 = gather.gather(bpy.context, box)
         assert inputs2.vertex_count == n_sub and np.allclose(inputs2.setup.rest, inputs.setup.rest)
         after = eval_co(box, 4)
         assert float(np.abs(after - pc2[3]).max()) > 1e-3  # displaced after the cache
@@ -450,7 +460,7 @@ def _child(phase, zip_path, work, out_json):
         rod.keyframe_insert("location", frame=5)
         scene.frame_set(3)  # the user is on another frame: the start state must still be frame 1
         select_only(rod)
-        inputs = bridge.gather(bpy.context, rod)
+        inputs = gather.gather(bpy.context, rod)
         held = inputs.setup.pin_weight > 0
         scene.frame_set(1)
         m1 = np.array(rod.matrix_world)
@@ -481,7 +491,7 @@ def _child(phase, zip_path, work, out_json):
         rod.location, rod.rotation_euler = (0, -3, 1), (0, 0, 0)
         rod.neurok.pin_target = hook
         select_only(rod)
-        inputs = bridge.gather(bpy.context, rod)
+        inputs = gather.gather(bpy.context, rod)
         held = inputs.setup.pin_weight > 0
         c, s_ = np.cos(0.5), np.sin(0.5)
         R = np.array([[c, -s_, 0], [s_, c, 0], [0, 0, 1]])
@@ -493,13 +503,13 @@ def _child(phase, zip_path, work, out_json):
         st = rod.neurok
         st.preset = 'leather'
         assert st.kind == 'CLOTH' and abs(st.areal_density - 0.8) < 1e-6
-        assert bridge.material_dict(st)["preset"] == "leather"
+        assert scene_settings.material_dict(st)["preset"] == "leather"
         st.stiffness = st.stiffness * 3
         assert st.preset == 'CUSTOM'
-        md = bridge.material_dict(st)
+        md = scene_settings.material_dict(st)
         assert "preset" not in md and md["kind"] == "cloth" and abs(md["density"] - 0.8) < 1e-6
         st.preset = 'rubber'
-        assert st.kind == 'SOLID' and st.preset == 'rubber' and bridge.material_dict(st)["density"] == st.density
+        assert st.kind == 'SOLID' and st.preset == 'rubber' and scene_settings.material_dict(st)["density"] == st.density
         st.stiffness_log = 4.0
         assert abs(st.stiffness - 1e4) < 1e-3 and st.preset == 'CUSTOM'
         props = type(st).bl_rna.properties
@@ -536,8 +546,8 @@ def _child(phase, zip_path, work, out_json):
         paddle.keyframe_insert("location", frame=5)
         rod.neurok.preset = 'rubber'
         select_only(rod)
-        inputs = bridge.gather(bpy.context, rod)
-        cols = {c["name"]: c for c in inputs.scene["colliders"]}
+        inputs = gather.gather(bpy.context, rod)
+        cols = {c["name"]: c for c in export.scene_dict(inputs)["colliders"]}
         assert set(cols) == {"Ground", "Paddle"}, set(cols)
         assert "vertices" in cols["Ground"] and abs(cols["Ground"]["thickness"] - 0.03) < 1e-6
         assert abs(cols["Ground"]["friction"] - 0.4) < 1e-6
@@ -556,9 +566,9 @@ def _child(phase, zip_path, work, out_json):
         scene.collection.children.link(coll)
         coll.objects.link(ground)
         rod.neurok.collision_collection = coll
-        assert [c["name"] for c in bridge.gather(bpy.context, rod).scene["colliders"]] == ["Ground"]
+        assert [c.name for c in gather.gather(bpy.context, rod).setup.colliders] == ["Ground"]
         rod.neurok.use_colliders = False
-        assert bridge.gather(bpy.context, rod).scene["colliders"] == []
+        assert gather.gather(bpy.context, rod).setup.colliders == []
         rod.neurok.use_colliders, rod.neurok.collision_collection = True, None
         paddle.collision.use = False
         ground.collision.use = False
@@ -574,7 +584,7 @@ def _child(phase, zip_path, work, out_json):
             ob.name = "F_" + kind
             ob.field.strength = 2.0
             made[kind] = ob
-        inputs = bridge.gather(bpy.context, sail)
+        inputs = gather.gather(bpy.context, sail)
         used = {e.type for e in inputs.setup.effectors}
         assert used == {'WIND', 'FORCE', 'VORTEX', 'TURBULENCE', 'DRAG', 'HARMONIC', 'CHARGE'}, used
         assert any("F_MAGNET" in w and "not support" in w for w in inputs.warnings), inputs.warnings
@@ -582,7 +592,7 @@ def _child(phase, zip_path, work, out_json):
         # field weights: a zero weight switches a type off, Gravity scales gravity
         sail.neurok.field_weights.vortex = 0.0
         sail.neurok.field_weights.gravity = 0.5
-        inputs = bridge.gather(bpy.context, sail)
+        inputs = gather.gather(bpy.context, sail)
         assert 'VORTEX' not in {e.type for e in inputs.setup.effectors}
         assert np.allclose(inputs.setup.gravity, [0, 0, -9.81 * 0.5], atol=1e-5)
         # effector collection: only the wind
@@ -590,17 +600,17 @@ def _child(phase, zip_path, work, out_json):
         scene.collection.children.link(coll)
         coll.objects.link(made['WIND'])
         sail.neurok.field_collection = coll
-        inputs = bridge.gather(bpy.context, sail)
+        inputs = gather.gather(bpy.context, sail)
         assert [e.type for e in inputs.setup.effectors] == ['WIND']
         # wind on a sheet acts along its normal: a sheet edge-on to the wind feels nothing
         made['WIND'].rotation_euler = (0, 1.5707963, 0)  # wind along world +X, sail normal +Z
         bpy.context.view_layer.update()
-        edge_on = bridge.gather(bpy.context, sail).setup.accel_table
+        edge_on = fields_at_rest(gather.gather(bpy.context, sail).setup)
         assert np.abs(edge_on).max() < 1e-5, np.abs(edge_on).max()
         made['WIND'].rotation_euler = (0, 0, 0)
         bpy.context.view_layer.update()
-        facing = bridge.gather(bpy.context, sail).setup.accel_table
-        assert facing[0, :, 2].min() > 0.0
+        facing = fields_at_rest(gather.gather(bpy.context, sail).setup)
+        assert facing[:, 2].min() > 0.0
         for ob in made.values():
             bpy.data.objects.remove(ob)
 
@@ -685,7 +695,7 @@ def _child(phase, zip_path, work, out_json):
     dump()
 
 
-def _notorch(results, check, bpy, link, ui, jobs, bridge, select_only, op_error, one_sentence, draw_all, Recorder, Host):
+def _notorch(results, check, bpy, link, ui, jobs, select_only, op_error, one_sentence, draw_all, Recorder, Host):
     with check("engine_problem_set"):
         assert link.api is None and link.ENGINE_PROBLEM, link.ENGINE_PROBLEM
         assert "torch" in link.ENGINE_PROBLEM or "scipy" in link.ENGINE_PROBLEM

@@ -32,12 +32,7 @@ def grid_sheet(n=9, size=1.0):
 
 
 def with_fields(setup, effectors, surface):
-    """What the add-on does: fields tabulated on the rest surface into `accel_table`, plus the hooks."""
-    normals = F.vertex_normals(setup.rest, setup.faces)
-    table = np.stack([F.total_accel(effectors, t, setup.rest, None, normals, surface=surface)
-                      for t in range(setup.frames)])
-    setup.accel_table = table.copy()
-    setup.field_accel_rest = table
+    """What the add-on does: the force fields go to the setup, for the engines to evaluate every step."""
     setup.effectors = effectors
     return setup
 

@@ -155,3 +155,23 @@ def test_bench_json_schema(tiny):
         for key in ("encode_ms", "ms_per_frame", "peak_mb"):
             assert isinstance(row[key], float) and row[key] >= 0
     assert "reference_over_neurok" in r["ratios"]
+
+
+def _one_scene(amplitude):
+    """Findings input: one solid scene where the model matches the reference except for its motion amplitude."""
+    block = {"plausibility": {"volume_ratio_min": 1.0, "strain_mean": 0.01, "flipped_max": 0.0, "growth_max": 1.0},
+             "horizons": {"all": 0.1}}
+    return {"scenes": [{"name": "s", "title": "t", "kind": "solid", "reference": block, "oracle": block,
+                        "hold_still": {"horizons": {"all": 1.0}}, "neurok": dict(block, amplitude_ratio=amplitude)}]}
+
+
+def test_findings_judge_by_the_targets_table():
+    """The report's findings and its no-shortfall sentence use the thresholds in TARGETS."""
+    from engine.evaluation.report import findings
+    from engine.evaluation.targets import TARGETS, no_shortfall_sentence
+    within = TARGETS["amplitude_within"]
+    assert findings(_one_scene(1.0), None, {"rows": []}, {}) == [no_shortfall_sentence()]
+    assert findings(_one_scene(1 - within + 0.01), None, {"rows": []}, {}) == [no_shortfall_sentence()]
+    short = findings(_one_scene(1 - within - 0.01), None, {"rows": []}, {})
+    assert "moves less than the reference" in short[0] and f"within {within:.0%}" in short[0]
+    assert f"{1 - within:g}..{1 + within:g}x" in no_shortfall_sentence()

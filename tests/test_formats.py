@@ -873,3 +873,22 @@ def test_zip_with_non_npy_member_is_a_format_error(tmp_path):
         z.writestr("readme.txt", "hello")
         z.writestr("rest2.npy", b"\x93NUMPY garbage")
     _only_format_errors(read_sequence, path)
+
+
+def test_setup_from_arrays_checks_shapes_and_round_trips_through_the_scene_format():
+    from engine.core.fields import Effector
+    from engine.core.scene import scene_from_setup, setup_from_arrays
+    mesh = Mesh(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1.0]]), np.array([[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]]))
+    pins = np.array([1.0, 0.0, 0.0, 0.0])
+    push = (np.array([0.0, 0.0, 1.0, 1.0]), np.array([0.0, 2.0, 0.0]), {"type": "constant"})
+    wind = Effector("Wind", "WIND", np.eye(4), np.full(4, 3.0))
+    setup = setup_from_arrays(mesh, frames=4, dt=0.04, gravity=(0, 0, -9.81), material={"preset": "jelly"},
+                              pin_weight=2.0 * pins, force_terms=[push], floor_z=-1.0, effectors=[wind])
+    assert setup.effectors == [wind] and setup.material["kind"] == "solid" and setup.accel_table is None
+    with pytest.raises(FormatError):
+        setup_from_arrays(mesh, frames=4, dt=0.04, gravity=(0, 0, 0), material={}, pin_weight=np.ones(3))
+    scene = scene_from_setup(setup, pin_strength=2.0)
+    back = setup_from_scene(mesh, scene)
+    assert np.array_equal(back.pin_weight, setup.pin_weight) and back.floor_z == -1.0
+    assert np.allclose(back.external_accel(0)[:, 1], push[0] * 2.0)  # the painted force; the wind: static terms
+    assert len(back.force_terms) == 1 + 1 and back.effectors == []

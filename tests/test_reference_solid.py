@@ -14,7 +14,7 @@ from engine.reference.lattice import Lattice
 from engine.reference.simulator import ReferenceSimulator
 from engine.reference.solid import (BARRIER_J, StableNeoHookean, cofactor, inversion_barrier,
                                    projected_pointwise_hessian)
-from engine.reference.stress import (RECOVERY_FRAMES, TRAINING_POKE, TRAINING_SQUEEZE_LOAD, jelly_scene, recovered,
+from engine.evaluation.reference_stress import (RECOVERY_FRAMES, TRAINING_POKE, TRAINING_SQUEEZE_LOAD, jelly_scene, recovered,
                                      recovery, rest_symmetries, run_measured, self_overlap, shape_error, squeeze_scene,
                                      training_squeeze, weightless_after)
 from engine.training.shapes import _box_lattice
@@ -172,7 +172,7 @@ def test_jelly_hammer_blow_keeps_its_volume_and_springs_back():
 
 
 def _poke(mesh, multiplier, poisson):
-    """Row of engine/reference/stress.py's sweep: a one-frame poke of `multiplier` x the generator's top."""
+    """Row of engine/evaluation/reference_stress.py's sweep: a one-frame poke of `multiplier` x the generator's top."""
     frames = 2 + RECOVERY_FRAMES + 1
     poked = run_measured(mesh, jelly_scene(poke=multiplier * TRAINING_POKE, poisson=poisson, start=1, end=2,
                                            frames=frames), JELLY_CELLS)

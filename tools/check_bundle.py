@@ -124,7 +124,7 @@ def child(zip_path: str, out_json: str, forbidden_root: str) -> None:
     with check("engine_status"):
         assert link.ENGINE_PROBLEM is None, link.ENGINE_PROBLEM
         assert link.api is not None
-        assert link.default_model_path() is not None, "no bundled checkpoint"
+        assert link.bundled_model() is not None, "no bundled checkpoint"
         assert link.learned_engine_status("") is None, link.learned_engine_status("")
 
     with check("torch_from_extension"):

@@ -1,5 +1,5 @@
 """Self-overlap of the solids in reference sequences: for every closed-surface sequence, the most
-vertices lying inside another part of the body (engine/reference/stress.py `self_overlap`) over
+vertices lying inside another part of the body (engine/evaluation/reference_stress.py `self_overlap`) over
 every `--every`-th frame, and the least enclosed volume. Lists the sequences that overlap.
 
     python tools/self_overlap_scan.py data/train_ref5 --every 2
@@ -18,7 +18,7 @@ from engine.core.errors import NeurokError  # noqa: E402
 from engine.core.formats import read_sequence  # noqa: E402
 from engine.core.geometry import is_closed  # noqa: E402
 from engine.core.measures import MeshMeasures  # noqa: E402
-from engine.reference.stress import self_overlap  # noqa: E402
+from engine.evaluation.reference_stress import self_overlap  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 from engine.core.formats import read_mesh  # noqa: E402
 from engine.core.scene import setup_from_scene  # noqa: E402
 from engine.reference.simulator import ReferenceSimulator  # noqa: E402
-from engine.reference.stress import inside_another_part, on_floor, squeeze_scene, training_squeeze  # noqa: E402
+from engine.evaluation.reference_stress import inside_another_part, on_floor, squeeze_scene, training_squeeze  # noqa: E402
 
 FRAMES = (0, 2, 4, 8, 12, 16, 30, 60)
 

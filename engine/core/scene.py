@@ -1,15 +1,16 @@
-"""Scenes: `neurok.scene/1` validation, material presets, selectors, force profiles, and the
-resolved per-vertex `Setup` that both engines (learned and reference) run.
+"""Scenes: `neurok.scene/1` validation, material presets, selectors, and resolving a scene into the
+per-vertex `Setup` (engine/core/setup.py) that both engines (learned and reference) run.
 
 A scene is written in terms of the mesh (selectors, frame numbers); a `Setup` is the same thing
 made concrete for one mesh: per-vertex pin weights, per-frame pin targets and accelerations.
+`setup_from_arrays` is the one function that builds a Setup from arrays: `setup_from_scene` uses
+it after resolving the scene's selectors, and so does the add-on's gather.
 """
 from __future__ import annotations
 
 import copy
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,9 @@ import numpy as np
 from .checks import check_mesh
 from .colliders import Collider, collider_from_dict
 from .errors import FormatError
+from .fields import total_accel, vertex_normals
 from .formats import SCENE_FORMAT, Mesh, Sequence, atomic_write_text, brief
+from .setup import Setup, profile_value  # noqa: F401  (profile_value: re-exported for the engines)
 
 # Materials. Solids: stiffness = Young's modulus (Pa), density kg/m^3, poisson = Poisson ratio.
 # Cloth: stiffness = membrane stretch stiffness (N/m), density = areal density (kg/m^2),
@@ -267,97 +270,12 @@ def select_weights(sel: dict, rest: np.ndarray, where: str = "selector", vertex_
     raise FormatError(f"{where}: unknown selector '{kind}'")
 
 
-def profile_value(profile: dict, frame: float, dt: float) -> float:
-    """Strength multiplier of a force at `frame` (applied from frame to frame + 1)."""
-    kind = profile.get("type", "constant")
-    start = profile.get("start", 0) or 0
-    end = profile.get("end")
-    if kind == "keyframes":
-        keys = sorted(profile["keys"])
-        return float(np.interp(frame, [k[0] for k in keys], [k[1] for k in keys]))
-    if frame < start or (end is not None and frame >= end):
-        return 0.0
-    if kind == "constant":
-        return 1.0
-    if kind == "impulse":
-        # an impulse lasts one frame unless an end is given
-        return 1.0 if end is not None or frame < start + 1 else 0.0
-    if kind == "sine":
-        frequency = profile.get("frequency")
-        return math.sin(2.0 * math.pi * (1.0 if frequency is None else frequency) * (frame - start) * dt)
-    raise FormatError(f"unknown profile '{kind}'")
-
-
 # --------------------------------------------------------------------------- resolved setup
-
-@dataclass
-class Setup:
-    """A simulation made concrete for one mesh; every array is per vertex, in metres and seconds.
-
-    `frames` counts frame 0 (the initial state), so a run makes frames - 1 steps.
-    """
-    rest: np.ndarray
-    faces: np.ndarray
-    x0: np.ndarray
-    v0: np.ndarray
-    dt: float
-    frames: int
-    gravity: np.ndarray
-    material: dict
-    pin_weight: np.ndarray
-    pin_targets: np.ndarray | None = None  # [T,N,3]; None: pins hold frame-0 positions
-    accel_table: np.ndarray | None = None  # [T,N,3] explicit per-frame accelerations
-    force_terms: list = field(default_factory=list)  # (weights [N], accel [3], profile)
-    floor_z: float | None = None
-    vertex_mass: np.ndarray | None = None
-    meta: dict = field(default_factory=dict)
-    colliders: list[Collider] = field(default_factory=list)  # collision meshes (engine.core.colliders)
-
-    @property
-    def num_vertices(self) -> int:
-        return len(self.rest)
-
-    def pin_target(self, frame: int) -> np.ndarray:
-        if self.pin_targets is None:
-            return self.x0
-        return self.pin_targets[min(frame, len(self.pin_targets) - 1)]
-
-    def external_accel(self, frame: int) -> np.ndarray:
-        """Acceleration per vertex applied from `frame` to `frame + 1` (m/s^2)."""
-        if self.accel_table is not None:
-            return self.accel_table[min(frame, len(self.accel_table) - 1)]
-        a = np.zeros((self.num_vertices, 3))
-        for weights, accel, profile in self.force_terms:
-            s = profile_value(profile, frame, self.dt)
-            if s != 0.0:
-                a += s * weights[:, None] * np.asarray(accel)[None, :]
-        return a
-
-    def accel_frames(self) -> np.ndarray:
-        return np.stack([self.external_accel(t) for t in range(self.frames)]).astype(np.float32)
-
-    def pin_target_frames(self) -> np.ndarray:
-        return np.stack([self.pin_target(t) for t in range(self.frames)]).astype(np.float32)
-
-    def to_sequence(self, positions: np.ndarray, meta: dict | None = None) -> Sequence:
-        """Record this setup with its result as a `neurok.sequence/1`."""
-        seq = Sequence(rest=self.rest.astype(np.float32), faces=self.faces.astype(np.int32),
-                       positions=np.asarray(positions, np.float32), dt=self.dt,
-                       gravity=np.asarray(self.gravity, np.float32), material=dict(self.material),
-                       external_accel=self.accel_frames()[:len(positions)], velocity0=self.v0.astype(np.float32),
-                       pin_weight=self.pin_weight.astype(np.float32), floor_z=self.floor_z,
-                       meta=dict(self.meta, **(meta or {})))
-        if self.pin_weight.any():
-            seq.pin_target = self.pin_target_frames()[:len(positions)]  # a stopped run keeps fewer frames
-        if self.vertex_mass is not None:
-            seq.vertex_mass = self.vertex_mass.astype(np.float32)
-        return seq
-
 
 def setup_from_scene(mesh: Mesh, scene: dict, vertex_groups: dict | None = None, where: str = "scene") -> Setup:
     """Resolve a validated scene on a mesh (rest = the mesh's own coordinates, metres)."""
     scene = validate_scene(scene, where)
-    warnings = check_mesh(mesh, getattr(mesh, "name", "mesh"))
+    warnings = check_mesh(mesh, getattr(mesh, "name", "mesh"))  # before the selectors, which read the mesh
     rest = np.asarray(mesh.vertices, dtype=np.float64)
     n = len(rest)
     pin_weight = np.zeros(n)
@@ -386,13 +304,43 @@ def setup_from_scene(mesh: Mesh, scene: dict, vertex_groups: dict | None = None,
                 off = [np.interp(t, kf, [k[1][c] for k in keys]) for c in range(3)]
                 pin_targets[t, mask] = rest[mask] + np.asarray(off)
     floor = scene.get("floor")
+    return setup_from_arrays(mesh, frames=frames, dt=scene["dt"], gravity=scene["gravity"], material=scene["material"],
+                             pin_weight=pin_weight, pin_targets=pin_targets, force_terms=force_terms,
+                             floor_z=None if floor is None else floor["z"], velocity=scene["initial"]["velocity"],
+                             colliders=[collider_from_dict(c) for c in scene["colliders"]],
+                             meta={"scene": scene.get("meta", {})}, mesh_warnings=warnings, where=where)
+
+
+def setup_from_arrays(mesh: Mesh, *, frames: int, dt: float, gravity, material: dict, pin_weight=None,
+                      pin_targets=None, force_terms=(), accel_table=None, floor_z: float | None = None,
+                      velocity=(0.0, 0.0, 0.0), colliders=(), effectors=(),
+                      meta: dict | None = None, mesh_warnings: list | None = None, where: str = "setup") -> Setup:
+    """A Setup from per-vertex arrays (world space, metres and seconds); the material is filled from
+    its preset and checked, shapes checked, and the mesh checked unless its `mesh_warnings` are
+    given (they go to `meta["warnings"]`)."""
+    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
+        raise FormatError(f"{where}: 'frames' must be a positive integer, got {brief(frames)}")
+    warnings = check_mesh(mesh, getattr(mesh, "name", "mesh")) if mesh_warnings is None else mesh_warnings
+    rest = np.asarray(mesh.vertices, dtype=np.float64)
+    n = len(rest)
+    pin_weight = np.zeros(n) if pin_weight is None else np.asarray(pin_weight, dtype=np.float64)
+    _check_shape(where, "pin_weight", pin_weight, (n,))
+    for name, table in (("pin_targets", pin_targets), ("accel_table", accel_table)):
+        if table is not None:
+            _check_shape(where, name, table, (frames, n, 3))
     return Setup(rest=rest, faces=np.asarray(mesh.faces), x0=rest.copy(),
-                 v0=np.tile(np.asarray(scene["initial"]["velocity"]), (n, 1)),
-                 dt=scene["dt"], frames=frames, gravity=np.asarray(scene["gravity"]),
-                 material=scene["material"], pin_weight=pin_weight, pin_targets=pin_targets,
-                 force_terms=force_terms, floor_z=None if floor is None else floor["z"],
-                 meta={"scene": scene.get("meta", {}), "warnings": warnings},
-                 colliders=[collider_from_dict(c) for c in scene["colliders"]])
+                 v0=np.tile(np.asarray(_vec3(f"{where}: initial velocity", list(velocity))), (n, 1)),
+                 dt=_number(f"{where}: 'dt'", dt, positive=True), frames=frames,
+                 gravity=np.asarray(_vec3(f"{where}: 'gravity'", list(gravity))),
+                 material=resolve_material(material, f"{where}: material"), pin_weight=pin_weight,
+                 pin_targets=pin_targets, accel_table=accel_table, force_terms=list(force_terms),
+                 floor_z=None if floor_z is None else _number(f"{where}: floor z", floor_z),
+                 meta=dict(meta or {}, warnings=warnings), colliders=list(colliders), effectors=list(effectors))
+
+
+def _check_shape(where: str, name: str, array, shape: tuple) -> None:
+    if np.shape(array) != shape:
+        raise FormatError(f"{where}: '{name}' has shape {np.shape(array)}, expected {shape}")
 
 
 def setup_from_sequence(seq: Sequence) -> Setup:
@@ -431,3 +379,62 @@ def read_scene(path) -> dict:
 
 def write_scene(path, scene: dict) -> None:
     atomic_write_text(path, json.dumps(scene, indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------- setup -> scene (export)
+
+def scene_from_setup(setup: Setup, material: dict | None = None, pin_strength: float = 1.0,
+                     meta: dict | None = None) -> dict:
+    """A `neurok.scene/1` dict that `setup_from_scene` turns back into (nearly) this setup, for export.
+
+    What the format cannot hold is approximated and said in `meta["notes"]` by the caller: moving pin
+    targets become their mean offset per frame (rotation is lost), a per-frame force table is written
+    as its force terms, and force fields become static per-axis forces taken on the rest surface at
+    the first frame."""
+    scene = {"format": SCENE_FORMAT, "frames": setup.frames, "dt": setup.dt,
+             "gravity": [float(g) for g in setup.gravity], "material": dict(material or setup.material),
+             "pins": _export_pins(setup, pin_strength), "forces": _export_forces(setup),
+             "floor": None if setup.floor_z is None else {"z": float(setup.floor_z)},
+             "colliders": [_export_collider(c) for c in setup.colliders],
+             "initial": {"velocity": [float(x) for x in setup.v0[0]] if len(setup.v0) else [0.0, 0.0, 0.0]}}
+    if meta is not None:
+        scene["meta"] = meta
+    return scene
+
+
+def _export_pins(setup: Setup, strength: float) -> list:
+    if not setup.pin_weight.any():
+        return []
+    pin = {"select": {"weights": (setup.pin_weight / strength).tolist()}, "strength": float(strength)}
+    if setup.pin_targets is not None:
+        mask = setup.pin_weight > 0
+        offsets = (setup.pin_targets[:, mask] - setup.rest[mask]).mean(axis=1)
+        pin["target_offset"] = [[t, offsets[t].tolist()] for t in range(len(offsets))]
+    return [pin]
+
+
+def _export_forces(setup: Setup) -> list:
+    forces = [{"select": {"weights": np.asarray(w).tolist()}, "accel": [float(x) for x in accel], "profile": profile}
+              for w, accel, profile in setup.force_terms]
+    if setup.effectors:
+        normals = vertex_normals(setup.rest, setup.faces)
+        at_rest = total_accel(setup.effectors, 0, setup.rest, None, normals,
+                              surface=setup.material.get("kind") == "cloth")
+        for axis in range(3):
+            for sign in (1.0, -1.0):
+                weights = np.maximum(sign * at_rest[:, axis], 0.0)
+                if weights.max() > 0.0:
+                    accel = [0.0, 0.0, 0.0]
+                    accel[axis] = sign
+                    forces.append({"select": {"weights": weights.tolist()}, "accel": accel, "profile": {"type": "constant"}})
+    return forces
+
+
+def _export_collider(c: Collider) -> dict:
+    out = {"name": c.name, "thickness": float(c.thickness_outer), "thickness_inner": float(c.thickness_inner),
+           "friction": float(c.friction), "damping": float(c.damping), "faces": np.asarray(c.faces).tolist()}
+    if c.frames == 1:
+        out["vertices"] = c.positions[0].tolist()
+    else:
+        out["positions"] = c.positions.tolist()
+    return out

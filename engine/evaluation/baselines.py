@@ -44,21 +44,13 @@ import torch
 from torch import nn
 
 from ..core.formats import FormatError, NeurokError, atomic_write_bytes, read_sequence
-from ..learned.checkpoint import read_payload
+from ..core.physics import PIN_OMEGA2, PIN_OVER_MATERIAL
+# the latent-MLP baseline steps in the learned model's own latent space, so it reads that model's
+# internals (the one part of the evaluation that does: model v2's `LatentScene`)
+from ..learned.checkpoint import load_checkpoint, read_payload
+from ..learned.materials import DTYPE, StrainEnergy
 
-# The latent-MLP baseline steps in the learned model's own latent space, so it reads that model's
-# internals (the one part of the evaluation that does: model v2's `LatentScene`). When the learned
-# model changes shape and they are gone, the baseline is reported as not available instead of
-# stopping the evaluation.
-try:
-    from ..core.physics import PIN_OMEGA2, PIN_OVER_MATERIAL
-    from ..learned.checkpoint import load_checkpoint
-    from ..learned.materials import DTYPE, StrainEnergy
-    LATENT_MLP_MISSING = None
-    MATERIAL_FEATURES = int(StrainEnergy.features({"kind": "solid", "poisson": 0.3}).numel())
-except ImportError as exc:
-    LATENT_MLP_MISSING = f"not available with this learned model ({exc})"
-    DTYPE, MATERIAL_FEATURES = torch.float64, 2
+MATERIAL_FEATURES = int(StrainEnergy.features({"kind": "solid", "poisson": 0.3}).numel())
 
 
 def mlp(sizes):
@@ -70,7 +62,8 @@ def mlp(sizes):
     return nn.Sequential(*layers)
 
 
-from ..core.scene import Setup, setup_from_sequence
+from ..core.scene import setup_from_sequence
+from ..core.setup import Setup
 from ..training.generate import load_index
 
 MLP_FORMAT = "neurok.latent_mlp/1"
@@ -428,8 +421,6 @@ def resolve_latent_mlp(model_path, data_dir, json_path, latent_mlp=None, mlp_min
     saved next to the JSON. Returns (module or None, info dict)."""
 
     candidates = [latent_mlp] if latent_mlp else [str(model_path) + ".latent_mlp.pt"]
-    if LATENT_MLP_MISSING:
-        return None, {"skipped": LATENT_MLP_MISSING}
     for c in candidates:
         if c and Path(c).is_file():
             net = load_latent_mlp(c)

@@ -1,16 +1,17 @@
 """The resolution noise floor (DESIGN.md section 5): the reference simulator against itself at
 twice the resolution, on the same setup. No accuracy figure means anything below it.
 
-The measurement itself belongs to the reference simulator (`engine/reference/noise_floor.py`,
-`noise_floor(setup, frames=None) -> dict`); this module calls it when it is there and reads its
-answer into two numbers: rel_l2 (rollout mean, / diagonal) and its ratio to hold-still. Until that
-module lands every figure says "not available".
+The measurement is `engine/evaluation/noise_floor.py` (`noise_floor(setup, frames=None) -> dict`,
+two runs of the reference simulator); this module calls it and reads its answer into two numbers:
+rel_l2 (rollout mean, / diagonal) and its ratio to hold-still.
 """
 from __future__ import annotations
 
 import numbers
 
-NOT_AVAILABLE = "not available (engine/reference/noise_floor.py has not landed)"
+from .noise_floor import noise_floor
+
+NOT_AVAILABLE = "not measured"
 
 
 def _number(value):
@@ -44,10 +45,6 @@ def read_noise_floor(raw: dict) -> dict:
 
 def noise_floor_for(setup, frames=None) -> dict:
     """The noise floor of one setup, or {"available": False, "note": ...}."""
-    try:
-        from ..reference.noise_floor import noise_floor
-    except ImportError:
-        return {"available": False, "note": NOT_AVAILABLE}
     try:
         raw = noise_floor(setup, frames=frames)
     except Exception as exc:  # noqa: BLE001 - a failed measurement is reported, not fatal

@@ -36,7 +36,7 @@ import scipy.sparse.linalg as spla
 from ..core.errors import SimulationFault
 from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, pin_stiffness
 from ..core.run import Engine, Run
-from ..core.scene import Setup
+from ..core.setup import Setup
 from ..reference.simulator import ReferenceSimulator, line_search
 
 DEFAULT_HANDLES = 6           # 72 DOFs: the default when the model's latent size is unknown

@@ -8,7 +8,7 @@ from string import Template
 
 from ..core.formats import atomic_write_text
 from .figures import make_figures, scene_figures
-from .targets import _minutes, fmt, targets
+from .targets import TARGETS, _minutes, fmt, no_shortfall_sentence, targets
 
 TEMPLATE = Path(__file__).with_name("report_template.md")
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -59,6 +59,7 @@ def _table(header, rows):
 
 def findings(scenes, beam, stress, result) -> list[str]:
     """Plain sentences on where the model falls short, each backed by a number in the tables."""
+    t = TARGETS
     out = []
     for r in scenes.get("scenes", []):
         if "neurok" not in r:
@@ -66,26 +67,28 @@ def findings(scenes, beam, stress, result) -> list[str]:
         m, ref, o = r["neurok"]["plausibility"], r["reference"]["plausibility"], r["oracle"]["plausibility"]
         parts = []
         vm, vr = m.get("volume_ratio_min"), ref.get("volume_ratio_min")
-        if vm is not None and vr is not None and (vm < 0 or vm < vr - 0.05):   # issue 12: within 5% of the reference's
+        if vm is not None and vr is not None and (vm < 0 or vm < vr - t["volume_below_reference"]):
             what = "turns inside out" if vm < 0 else "loses more volume than the reference"
             parts.append(f"its closed surface {what} (volume/rest down to {_ratio(vm)}; reference {vr:.2f}, oracle "
                          f"{_ratio(o.get('volume_ratio_min'))})")
         sm, sr = m.get("strain_mean") or 0.0, ref.get("strain_mean") or 0.0
-        if sm > 0.03 and sm > 3 * sr:
+        if sm > t["strain_mean"] and sm > t["strain_vs_reference"] * sr:
             parts.append(f"edges stretch {_pct(sm)} on average and up to {_pct(m.get('strain_max'), 0)} "
                          f"(reference {_pct(sr)}, oracle {_pct(o.get('strain_mean'))})")
-        if r["kind"] == "solid" and (m.get("flipped_max") or 0) > 0.05 and (ref.get("flipped_max") or 0) < 0.02:
+        if r["kind"] == "solid" and (m.get("flipped_max") or 0) > t["solid_flipped"] \
+                and (ref.get("flipped_max") or 0) < t["reference_flipped"]:
             parts.append(f"up to {_pct(m['flipped_max'], 0)} of its triangles flip")
         gm, gr = m.get("growth_max"), ref.get("growth_max")
-        if gm is not None and gr is not None and gm > 1.3 * gr:
+        if gm is not None and gr is not None and gm > t["growth_vs_reference"] * gr:
             parts.append(f"it swells to {gm:.1f}x its rest size in its own frame (reference {gr:.2f}x)")
         amp = r["neurok"].get("amplitude_ratio")
-        if amp is not None and amp < 0.5:
+        within = t["amplitude_within"]
+        if amp is not None and amp < t["amplitude_barely"]:
             parts.append(f"it barely moves ({amp:.2f} of the reference's motion amplitude)")
-        elif amp is not None and amp < 0.7:
-            parts.append(f"it moves less than the reference ({amp:.2f} of its motion amplitude; target within 30%)")
-        elif amp is not None and amp > 1.3:
-            parts.append(f"it moves {amp:.2f}x as much as the reference (target within 30%)")
+        elif amp is not None and amp < 1 - within:
+            parts.append(f"it moves less than the reference ({amp:.2f} of its motion amplitude; target within {within:.0%})")
+        elif amp is not None and amp > 1 + within:
+            parts.append(f"it moves {amp:.2f}x as much as the reference (target within {within:.0%})")
         if r["neurok"].get("unstable"):
             why = r.get("model_error") or ""
             if why.startswith("implausible"):
@@ -96,15 +99,16 @@ def findings(scenes, beam, stress, result) -> list[str]:
         e_m, e_o, e_h = r["neurok"]["horizons"]["all"], r["oracle"]["horizons"]["all"], r["hold_still"]["horizons"]["all"]
         if e_m is not None and e_h and e_m >= e_h:
             parts.append(f"it is no closer to the reference than holding still (rel_l2 {e_m:.3f} vs {e_h:.3f}; oracle {e_o:.3f})")
-        elif e_m is not None and e_o and e_m > 2 * e_o:
+        elif e_m is not None and e_o and e_m > t["oracle_factor"] * e_o:
             parts.append(f"its distance to the reference is {e_m / e_o:.1f}x the oracle's ({e_m:.3f} vs {e_o:.3f}): "
                          "the learned dynamics, not the subspace size, lose it")
-        elif e_m is not None and e_h and e_m > 0.3 * e_h:      # issue 12: <= 0.3x hold-still over the whole rollout
+        elif e_m is not None and e_h and e_m > t["hold_still_factor"] * e_h:   # over the whole rollout
             who = ("the oracle is as far, " if e_o is not None and e_o > 0.8 * e_m else "oracle ") + f"{_ratio(e_o and e_o / e_h)}x"
             parts.append(f"its path departs from the reference's: rel_l2 {e_m:.3f} = {e_m / e_h:.2f}x hold-still "
-                         f"(target 0.3x; {who}; see its contact sheet)")
+                         f"(target {t['hold_still_factor']:g}x; {who}; see its contact sheet)")
         fm, fr = m.get("flipped_max"), ref.get("flipped_max")
-        if r["kind"] == "cloth" and fm is not None and fr is not None and fr > 0.2 and fm < 0.5 * fr:
+        if r["kind"] == "cloth" and fm is not None and fr is not None and fr > t["cloth_reference_folds"] \
+                and fm < t["cloth_fold_share"] * fr:
             parts.append(f"it does not fold like the reference (folded-over triangles {_pct(fm, 0)} vs {_pct(fr, 0)}): "
                          "the sheet curls as one smooth surface")
         if parts:
@@ -114,7 +118,7 @@ def findings(scenes, beam, stress, result) -> list[str]:
         bits = []
         for key, label, unit, scale in (("sag", "static sag", "mm", 1000), ("frequency", "first frequency", "Hz", 1),
                                         ("damping_ratio", "damping ratio", "", 1)):
-            if e.get(key) is not None and e[key] > 0.1:
+            if e.get(key) is not None and e[key] > t["beam_error"]:
                 bits.append(f"{label} off by {_pct(e[key], 0)} ({fmt(q['neurok'].get(key) and q['neurok'][key] * scale, 3)} vs "
                             f"reference {fmt(q['reference'].get(key) and q['reference'][key] * scale, 3)} {unit}".rstrip() + ")")
         if bits:
@@ -126,9 +130,9 @@ def findings(scenes, beam, stress, result) -> list[str]:
         bad = []
         if r.get("unstable") or r.get("nan"):
             bad.append("unstable")
-        if p.get("volume_ratio_min") is not None and p["volume_ratio_min"] < 0.5:
+        if p.get("volume_ratio_min") is not None and p["volume_ratio_min"] < t["long_volume"]:
             bad.append(f"volume/rest down to {p['volume_ratio_min']:.2f}")
-        if (p.get("strain_mean") or 0) > 0.05:
+        if (p.get("strain_mean") or 0) > t["long_strain"]:
             bad.append(f"mean edge strain {_pct(p['strain_mean'])}")
         if bad:
             out.append(f"**{r['name']}** ({r['frames']} frames): " + ", ".join(bad) + ".")
@@ -136,10 +140,11 @@ def findings(scenes, beam, stress, result) -> list[str]:
     if unstable:
         out.append(f"**Stress**: unstable in {', '.join(unstable)} (see the stress table).")
     collapsed = [f"{r['name']} ({r['reference']['plausibility']['volume_ratio_min']:.2f})" for r in scenes.get("scenes", [])
-                 if "reference" in r and (r["reference"]["plausibility"].get("volume_ratio_min") or 1.0) < 0.5]
+                 if "reference" in r and (r["reference"]["plausibility"].get("volume_ratio_min") or 1.0) < t["truth_volume"]]
     worst_ref = result.get("reference", {}).get("all", {}).get("plausibility_worst", {}).get("volume_ratio_min")
-    if collapsed or (worst_ref is not None and worst_ref < 0.5):
-        where = ", ".join(collapsed + ([f"the procedural set (worst {worst_ref:.2f})"] if worst_ref is not None and worst_ref < 0.5 else []))
+    truth_collapsed = worst_ref is not None and worst_ref < t["truth_volume"]
+    if collapsed or truth_collapsed:
+        where = ", ".join(collapsed + ([f"the procedural set (worst {worst_ref:.2f})"] if truth_collapsed else []))
         out.append(f"**The ground truth itself** loses more than half its volume in {where}: the reference simulator's "
                    "elasticity collapses under strong compression, so distances there are measured against an implausible "
                    "truth; the model's plausibility columns still say what a viewer sees.")
@@ -156,9 +161,9 @@ def findings(scenes, beam, stress, result) -> list[str]:
                        f"{_ratio(result['reference']['all']['plausibility_worst'].get('volume_ratio_min'))}.")
     ed = result.get("energy_drift_detail") or {}
     mid = (ed.get("max") or {}).get("implicit_midpoint")
-    if ed.get("max") and (mid is None or not mid < 0.01):
+    if ed.get("max") and (mid is None or not mid < t["energy_drift"]):
         per = ", ".join(f"{mesh} {_drift(v.get('implicit_midpoint', {}).get('max'))}" for mesh, v in ed.get("per_mesh", {}).items())
-        out.append(f"**Energy drift**: the implicit midpoint option does not conserve energy to 1% over {ed.get('steps')} "
+        out.append(f"**Energy drift**: the implicit midpoint option does not conserve energy to {t['energy_drift']:.0%} over {ed.get('steps')} "
                    f"undamped steps (worst |E(t) - E(0)|/E(0) per mesh: {per}; backward Euler "
                    f"{_drift(ed['max'].get('backward_euler'))}, dissipative by design).")
     mlp = result.get("baselines", {}).get("latent_mlp", {}).get("all", {})
@@ -166,8 +171,7 @@ def findings(scenes, beam, stress, result) -> list[str]:
             and mlp["rel_l2"]["mean"] < allb["rel_l2"]["mean"]:
         out.append(f"**Latent-MLP baseline**: the non-Lagrangian stepper in the same subspace is closer to the ground truth "
                    f"on the procedural set (rel_l2 mean {mlp['rel_l2']['mean']:.3f} vs the model's {allb['rel_l2']['mean']:.3f}).")
-    return out or ["No shortfall crossed this report's thresholds (volume below the reference's by 0.2, strain "
-                   "3x the reference's and over 3%, flips on a solid, amplitude off by 2x, farther than holding still)."]
+    return out or [no_shortfall_sentence()]
 
 
 # =========================================================================== tables
@@ -308,7 +312,7 @@ def energy_section(result, figs) -> str:
              f"h = {fmt(ed.get('h'), 4)} s with the engine's own step function and Newton tolerance, from a deformation "
              f"along the mesh's soft elastic modes whose largest vertex displacement is {fmt(100 * ed.get('amplitude', 0.01), 2)}% "
              "of the diagonal, at rest velocity; max over the steps (inf = the state blew up or inverted). Backward Euler "
-             "is dissipative by design; implicit midpoint is the conservative option (target: below 1%).", ""]
+             f"is dissipative by design; implicit midpoint is the conservative option (target: below {TARGETS['energy_drift']:.0%}).", ""]
     rows = [[mesh] + [fmt(per[i]["max"], pct=True) for i in integ] + [fmt(per[i]["final"], pct=True) for i in integ]
             for mesh, per in ed.get("per_mesh", {}).items()]
     tight = ed.get("tight")
@@ -320,8 +324,6 @@ def energy_section(result, figs) -> str:
     if tight:
         lines += ["", "The last columns re-solve every step to a much tighter Newton tolerance than the runtime's: what "
                       "remains there is the integrator's own drift, not the solver's stopping rule."]
-    if ed.get("errors"):
-        lines += ["", "Errors: " + "; ".join(f"{k}: {v}" for k, v in ed["errors"].items())]
     if "energy_drift" in figs:
         lines += ["", f"![energy drift]({figs['energy_drift']})"]
     return "\n".join(lines)
@@ -410,7 +412,7 @@ def write_report(suite, result, scenes, beam, stress, bench_result, ablations, d
                    "(`--preset full`) makes the full report." if preset == "small" else "")
     nf_avail = [r for r in scenes.get("scenes", []) if r.get("noise_floor", {}).get("available")]
     if nf_avail:
-        noise_note = (f"Noise floor measured on {', '.join(r['name'] for r in nf_avail)} (`engine/reference/noise_floor.py`: "
+        noise_note = (f"Noise floor measured on {', '.join(r['name'] for r in nf_avail)} (`engine/evaluation/noise_floor.py`: "
                       f"the reference at its default resolution against twice that, first {cfg.get('noise_frames')} frames; "
                       "the ground truth here runs at the generator's coarser settings, so its own error is at least "
                       "this); n/a where this preset does not measure it (each costs two reference runs).")
@@ -422,19 +424,6 @@ def write_report(suite, result, scenes, beam, stress, bench_result, ablations, d
     eval_noise = (f"rel_l2 {fmt(enf.get('rel_l2'))} ({fmt(enf.get('ratio_to_hold_still'), 2)}x hold-still) on "
                   f"{enf.get('measured_on')} sequence(s), first {enf.get('frames')} frames" if enf.get("available")
                   else enf.get("note", "not available"))
-    stress_sum = stress["summary"]
-    stress_intro = (f"A {cfg['long_frames']}-frame stability run of the model (no ground truth: the reference is too slow "
-                    f"there), pinned pushes at 0.1x..100x the largest training push ({stress.get('push_max')} m/s²), very "
-                    f"soft and very stiff materials, several resolutions, two separate bodies, a thin plate. "
-                    f"{stress_sum['runs']} runs, {stress_sum['nan_runs']} with NaN, {stress_sum['unstable_runs']} unstable, "
-                    f"{stress_sum['faults']} engine faults. Plausibility columns are the model's own (they need no ground truth).")
-    eval_set_intro = (f"`{_rel(suite['eval_data'])}`: seed {cfg['seed']} (training data: seed 1), {cfg['sequences']} "
-                      f"sequences x {cfg['frames']} frames, {cfg['heldout']} of them from the held-out families (capsule, "
-                      "torus). Split `train` = training families (new sequences), `validation` = the generator's validation "
-                      "draw, `heldout` = unseen families. Ground truth: the reference at the generator's settings.")
-    pin_note = (f"Mean pin drift (pinned vertices vs their targets / diagonal): neurok "
-                f"{fmt(result['splits']['all'].get('pin_drift'), 6)}, ground truth {fmt(result['splits']['all'].get('pin_drift_truth'), 6)}. "
-                f"Replay speed during the evaluation: {fmt(result.get('ms_per_frame'), 2)} ms/frame.")
     gaps = [f"The {cfg['long_frames']}-frame runs and the largest pushes have no ground truth (the reference is too slow); "
             "they are judged by stability and plausibility alone.",
             "Inverted elements are not counted for the model: model v2's density is infinite at J <= 0, so no cubature "
@@ -458,14 +447,18 @@ def write_report(suite, result, scenes, beam, stress, bench_result, ablations, d
         "beam_vertices": (beam or {}).get("vertices"), "beam_stiffness": f"{q.get('stiffness', 0):.3g}",
         "beam_density": f"{q.get('density', 0):.4g}", "beam_frames": (beam or {}).get("frames"),
         "beam_table": beam_table(beam), "beam_figure": figs.get("beam", ""),
-        "long_frames": cfg["long_frames"], "stress_intro": stress_intro, "stress_table": stress_table(stress),
+        "long_frames": cfg["long_frames"], "push_max": stress.get("push_max"), **stress["summary"],
+        "stress_table": stress_table(stress),
         "force_figure": f"![error vs force]({figs['error_vs_force']})" if "error_vs_force" in figs else "",
-        "eval_set_intro": eval_set_intro, "eval_plausibility_table": eval_plausibility_table(result),
+        "eval_data": _rel(suite["eval_data"]), "seed": cfg["seed"], "sequences": cfg["sequences"],
+        "frames": cfg["frames"], "heldout": cfg["heldout"], "eval_plausibility_table": eval_plausibility_table(result),
         "eval_noise": eval_noise, "eval_horizon_table": eval_horizon_table(result),
         "eval_frame_tables": eval_frame_tables(result), "error_figure": figs.get("error_vs_frame", ""),
         "latent_mlp_note": str(result["baselines_info"].get("latent_mlp", {}).get("skipped")
                                or f"{result['baselines_info'].get('latent_mlp', {}).get('steps', '?')} steps"),
-        "pin_note": pin_note, "family_table": family_table(result),
+        "pin_drift": fmt(result["splits"]["all"].get("pin_drift"), 6),
+        "pin_drift_truth": fmt(result["splits"]["all"].get("pin_drift_truth"), 6),
+        "replay_ms": fmt(result.get("ms_per_frame"), 2), "family_table": family_table(result),
         "energy_section": energy_section(result, figs), "speed_section": speed_section(bench_result, figs),
         "targets_table": targets_table(suite, result, stress, bench_result),
         "ablations_section": ablations_section(ablations, figs),

@@ -31,7 +31,7 @@ from ..core.progress import ProgressBar
 from ..training.generate import HELDOUT_FAMILIES, make_sequences
 from ..training.shapes import FAMILIES
 from .ablations import run_ablations
-from .baselines import load_latent_mlp, model_training_data, train_latent_mlp, LATENT_MLP_MISSING
+from .baselines import load_latent_mlp, model_training_data, train_latent_mlp
 from .bench import bench
 from .metrics import evaluate, write_json
 from .report import write_report
@@ -131,15 +131,14 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
     step("latent-MLP baseline")
     train_data, meta = model_training_data(model_path, str(data))
     mlp_path = out / "latent_mlp.pt"
-    if not LATENT_MLP_MISSING:
-        mlp_ok = False
-        if mlp_path.is_file():
-            try:
-                mlp_ok = load_latent_mlp(mlp_path).meta.get("model") == model_path
-            except NeurokError:
-                mlp_ok = False
-        if not mlp_ok and train_data:
-            train_latent_mlp(model_path, train_data, minutes=cfg["mlp_minutes"], out=mlp_path)
+    mlp_ok = False
+    if mlp_path.is_file():
+        try:
+            mlp_ok = load_latent_mlp(mlp_path).meta.get("model") == model_path
+        except NeurokError:
+            mlp_ok = False
+    if not mlp_ok and train_data:
+        train_latent_mlp(model_path, train_data, minutes=cfg["mlp_minutes"], out=mlp_path)
     done("latent-MLP baseline")
 
     step("eval")

@@ -141,7 +141,7 @@ def collider_contact(q, ctx, need_hess=True):
 
 def _prepare_fields(scene) -> None:
     setup = scene.setup
-    scene.field_effectors = list(getattr(setup, "effectors", None) or [])
+    scene.field_effectors = list(setup.effectors)
     if not scene.field_effectors:
         return
     sub, dev = scene.sub, scene.device
@@ -171,13 +171,6 @@ def _prepare_fields(scene) -> None:
     scene.field_corner = np.nonzero(corner >= 0)                                # (face, corner) pairs
     scene.field_corner_sample = corner[scene.field_corner]
     scene.field_local_V = sub.vertex_basis[verts].reshape(-1, scene.dims)       # [3U, d]
-    rest_part = getattr(setup, "field_accel_rest", None)
-    if setup.accel_table is not None and rest_part is not None:
-        scene.field_rest_force = torch.einsum("n,nid,tni->td", torch.as_tensor(scene.vertex_mass, dtype=DTYPE),
-                                              torch.as_tensor(sub.vertex_basis, dtype=DTYPE),
-                                              torch.as_tensor(np.asarray(rest_part) / scene.scale, dtype=DTYPE)).to(dev)
-    else:
-        scene.field_rest_force = None
 
 
 def field_samples_state(scene, q, qd):
@@ -200,14 +193,13 @@ def field_samples_state(scene, q, qd):
 
 def field_force(scene, frame: int, q_n, qd_n):
     """Generalised force of `setup.effectors` for the step from `frame`, evaluated on the deformed
-    surface at the start of the step, minus their rest-surface share already in the painted table
-    (`setup.field_accel_rest`, inside `setup.accel_table`): added to `scene.forcing(frame)`, the
-    painted part (accel_table - field_accel_rest) stays as it is. 0.0 when there are no effectors.
+    surface at the start of the step (this is where the learned engine evaluates a force field):
+    added to `scene.forcing(frame)`, the painted forces. 0.0 when there are no effectors.
 
     Approximation (stated for users in docs/ADDON.md): the fields are evaluated, once per step
     and explicitly (at q_n, q'_n), at the contact samples only -- their decoded positions,
     velocities and area-weighted vertex normals (on the surface, as Blender's cloth, for cloth;
-    as points for solids, as the add-on's table does) -- and each sample's acceleration is taken
+    as points for solids) -- and each sample's acceleration is taken
     as uniform over its rest-space Voronoi cell, whose mass-weighted basis it carries:
     f = sum_k (sum_{n in cell k} m_n V_n)^T a_k. Fields that vary faster than the spacing of the
     samples are smoothed, and a very strong Drag (strength x step > 2) can overshoot, as with any
@@ -218,7 +210,4 @@ def field_force(scene, frame: int, q_n, qd_n):
     x, v, normals = field_samples_state(scene, q_n, qd_n)
     a = total_accel(effectors, frame, x, v, normals, surface=scene.kind == "cloth") / scene.scale
     f = torch.einsum("kid,ki->d", scene.field_V, torch.as_tensor(a, dtype=scene.field_V.dtype, device=scene.field_V.device))
-    rest = scene.field_rest_force
-    if rest is not None:
-        f = f - rest[min(int(frame), len(rest) - 1)]
     return f.to(q_n.dtype)

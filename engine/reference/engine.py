@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from ..core.run import Engine, Run
-from ..core.scene import Setup
+from ..core.setup import Setup
 from .simulator import ReferenceSimulator
 
 

@@ -27,10 +27,9 @@ cell between them (measured: a rubber ball on a box sagged to half its height th
 The collider's Damping is not used (backward Euler already removes the approach speed).
 
 Force fields -- `external_accel(setup, frame, x, v, cloth)`: the painted accelerations
-(`setup.accel_table` less its rest-surface field part `setup.field_accel_rest`) plus
-`setup.effectors` evaluated at the vertices' current positions, velocities and area-weighted
-normals (on the surface, as Blender's cloth, for cloth; as points for solids, as the add-on's
-table does). The simulator calls it at the start of every substep: explicit, exact at the
+(`setup.external_accel`) plus `setup.effectors` evaluated at the vertices' current positions,
+velocities and area-weighted normals (on the surface, as Blender's cloth, for cloth; as points
+for solids). This is where the reference simulator evaluates a force field. The simulator calls it at the start of every substep: explicit, exact at the
 vertices (no sampling), so a very strong Drag (strength x substep > 2) can overshoot.
 """
 from __future__ import annotations
@@ -102,21 +101,17 @@ def collider_terms(colliders, x, x_prev, mass, h, frame, frame_prev, need_hess=T
 # --------------------------------------------------------------------------- force fields
 
 def has_fields(setup) -> bool:
-    return bool(getattr(setup, "effectors", None))
+    return bool(setup.effectors)
 
 
 def external_accel(setup, frame: int, x, v, cloth: bool) -> np.ndarray:
     """Acceleration per vertex [N,3] (m/s^2) applied over the step from `frame`: the painted part
-    of the setup's table and the force fields evaluated at the vertices' current positions x,
+    (`setup.external_accel`) and the force fields evaluated at the vertices' current positions x,
     velocities v and normals (see the module docstring). Without `setup.effectors` this is
     `setup.external_accel(frame)` unchanged."""
     a = np.asarray(setup.external_accel(frame), dtype=np.float64)
-    effectors = getattr(setup, "effectors", None)
+    effectors = setup.effectors
     if not effectors:
         return a
-    rest_part = getattr(setup, "field_accel_rest", None)
-    if setup.accel_table is not None and rest_part is not None:
-        rest_part = np.asarray(rest_part)
-        a = a - rest_part[min(int(frame), len(rest_part) - 1)]
     normals = vertex_normals(x, setup.faces)
     return a + total_accel(effectors, frame, x, v, normals, surface=cloth)

@@ -20,7 +20,8 @@ import numpy as np
 from ..core.formats import NeurokError, atomic_write_text, read_sequence, write_sequence
 from ..core.progress import ProgressBar
 from ..reference.simulator import ReferenceSimulator
-from ..core.scene import Setup, resolve_material, setup_from_scene
+from ..core.scene import resolve_material, setup_from_scene
+from ..core.setup import Setup
 from .shapes import FAMILIES, SHEET_FAMILIES, make_shape
 
 HELDOUT_FAMILIES = ("capsule", "torus")

@@ -3,8 +3,8 @@ drain its queue on TIMER events, and finish on the main thread with fresh bpy lo
 
 import bpy
 
-from .. import bridge, jobs, preferences
-from ..engine_link import NeurokError
+from .. import gather, jobs, mesh_data, objects, preferences, scene_settings
+from ..engine_link import NeurokError, learned_engine_status
 
 
 def report_warnings(op, warnings) -> None:
@@ -120,7 +120,7 @@ class JobOperator:
         keep = self.keeps_partial and context.scene.neurok.keep_frames_before_stop and good_frames(job) > 1
         obj = jobs.follow_rename(job) if keep else None
         if keep and (obj is None or obj.type != 'MESH' or len(obj.data.vertices) != job.inputs.data_vertices
-                     or bridge.topology_hash(obj.data) != job.inputs.topology):
+                     or mesh_data.topology_hash(obj.data) != job.inputs.topology):
             keep = False
         if not keep:
             self.report({'ERROR'}, fault_sentence(job))
@@ -153,7 +153,7 @@ class JobOperator:
             self.report({'ERROR'}, f"'{job.obj_name}' was deleted while NeuROK was running; nothing was written.")
             return {'CANCELLED'}
         if job.kind != "specialize" and (len(obj.data.vertices) != job.inputs.data_vertices
-                                         or bridge.topology_hash(obj.data) != job.inputs.topology):
+                                         or mesh_data.topology_hash(obj.data) != job.inputs.topology):
             self.report({'ERROR'}, f"'{obj.name}' was edited while NeuROK was running, so nothing was written; run it again.")
             return {'CANCELLED'}
         try:
@@ -169,7 +169,7 @@ class JobOperator:
 
 def gather_or_report(op, context, obj, check_engine=True):
     try:
-        inputs = bridge.gather(context, obj, check_engine=check_engine)
+        inputs = gather.gather(context, obj, check_engine=check_engine)
     except NeurokError as e:
         op.report({'ERROR'}, str(e))
         return None
@@ -179,7 +179,7 @@ def gather_or_report(op, context, obj, check_engine=True):
 
 def target_or_report(op, context, name=""):
     try:
-        return bridge.target_object(context, name)
+        return objects.target_object(context, name)
     except NeurokError as e:
         op.report({'ERROR'}, str(e))
         return None
@@ -195,3 +195,30 @@ def busy_or_report(op, obj_name) -> bool:
         return False
     op.report({'ERROR'}, f"NeuROK is already running a {job.kind} on '{obj_name}'; wait for it or press Esc.")
     return True
+
+
+class LearnedOnly:
+    """Mixin for what only the learned engine does (Sample Pose, Specialize): greyed out, with the reason,
+    while it cannot run. `why_learned` starts the reason ("" for the engine's own sentence alone)."""
+    why_learned = ""
+
+    @classmethod
+    def unavailable_reason(cls, context) -> str | None:
+        problem = learned_engine_status(scene_settings.model_file(context))
+        if problem and cls.why_learned:
+            return f"{cls.why_learned}: {problem[0].lower()}{problem[1:]}"
+        return problem
+
+    @classmethod
+    def poll(cls, context):
+        reason = cls.unavailable_reason(context)
+        if reason:
+            cls.poll_message_set(reason)
+        return reason is None
+
+    def refused(self, context) -> bool:
+        """True (and the reason reported) when the learned engine cannot run."""
+        reason = self.unavailable_reason(context)
+        if reason:
+            self.report({'ERROR'}, reason)
+        return reason is not None

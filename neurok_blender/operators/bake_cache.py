@@ -3,7 +3,7 @@
 import bpy
 from bpy.props import StringProperty
 
-from .. import bridge
+from .. import cache_files, preview_cache, records, shape_keys
 from . import _common
 
 
@@ -31,11 +31,11 @@ class NEUROK_OT_bake_cache(_common.JobOperator, bpy.types.Operator):
     def on_done(self, context, obj, job):
         inputs = job.inputs
         local = inputs.to_local(job.result)
-        bridge.write_cache(obj, local, inputs.frame_start)  # the file first: if it fails, nothing else changed
-        bridge.remove_preview(obj)
+        cache_files.write_cache(obj, local, inputs.frame_start)  # the file first: if it fails, nothing else changed
+        preview_cache.remove_preview(obj)
         if obj.neurok.bake.kind == 'SHAPE_KEYS':
-            bridge.remove_shape_keys(obj)
-        bridge.record_bake(obj, 'CACHE', inputs, job.elapsed(), job.ood)
+            shape_keys.remove_shape_keys(obj)
+        records.record_bake(obj, 'CACHE', inputs, job.elapsed(), job.ood)
         obj.neurok.bake.frames = len(local)  # fewer than asked when a stop kept only the frames before it
         self.report({'INFO'}, f"Baked {len(local)} frames of '{obj.name}' in {job.elapsed():.1f} s.")
         return {'FINISHED'}

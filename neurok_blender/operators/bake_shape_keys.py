@@ -3,14 +3,14 @@
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-from .. import bridge
+from .. import cache_files, preview_cache, records, shape_keys, stack
 from ..engine_link import formats
 from . import _common
 
 
 def shape_key_problem(obj, inputs) -> str | None:
     """Shape keys sit below the whole modifier stack: with modifiers before NeuROK they would deform the result again."""
-    before = [m.name for m in bridge.modifiers_before(obj) if m.show_viewport]
+    before = [m.name for m in stack.modifiers_before(obj) if m.show_viewport]
     if before or inputs.vertex_count != inputs.data_vertices:
         return (f"'{obj.name}' simulates on top of its modifiers ({', '.join(before) or 'topology changes'}), which "
                 "shape keys would pass through again; bake to a Mesh Cache instead.")
@@ -61,7 +61,7 @@ class NEUROK_OT_bake_shape_keys(_common.JobOperator, bpy.types.Operator):
         if bake.kind != 'CACHE' or not bake.cache_path:
             self.report({'ERROR'}, f"'{obj.name}' has no NeuROK Mesh Cache bake to convert.")
             return {'CANCELLED'}
-        problem = bridge.bake_problem(obj)
+        problem = records.bake_problem(obj)
         if problem:
             self.report({'ERROR'}, problem)
             return {'CANCELLED'}
@@ -71,12 +71,12 @@ class NEUROK_OT_bake_shape_keys(_common.JobOperator, bpy.types.Operator):
             self.report({'ERROR'}, str(e).rstrip(".") + ".")
             return {'CANCELLED'}
         try:
-            mode, warnings = bridge.write_shape_keys(obj, local, bake.frame_start, self._mode(context))
+            mode, warnings = shape_keys.write_shape_keys(obj, local, bake.frame_start, self._mode(context))
         except formats.NeurokError as e:
             self.report({'ERROR'}, str(e))
             return {'CANCELLED'}
         _common.report_warnings(self, warnings)
-        bridge.remove_cache(obj)
+        cache_files.remove_cache(obj)
         bake.kind = 'SHAPE_KEYS'
         self.report({'INFO'}, f"Converted {len(local)} cached frames of '{obj.name}' to {mode.lower()} shape keys.")
         return {'FINISHED'}
@@ -84,12 +84,12 @@ class NEUROK_OT_bake_shape_keys(_common.JobOperator, bpy.types.Operator):
     def on_done(self, context, obj, job):
         inputs = job.inputs
         local = inputs.to_local(job.result)
-        bridge.remove_preview(obj)
-        mode, warnings = bridge.write_shape_keys(obj, local, inputs.frame_start, self._mode(context))
+        preview_cache.remove_preview(obj)
+        mode, warnings = shape_keys.write_shape_keys(obj, local, inputs.frame_start, self._mode(context))
         _common.report_warnings(self, warnings)
-        if obj.neurok.bake.kind == 'CACHE' or bridge.own_modifier(obj, bridge.CACHE_MODIFIER):
-            bridge.remove_cache(obj)
-        bridge.record_bake(obj, 'SHAPE_KEYS', inputs, job.elapsed(), job.ood)
+        if obj.neurok.bake.kind == 'CACHE' or stack.own_modifier(obj, stack.CACHE_MODIFIER):
+            cache_files.remove_cache(obj)
+        records.record_bake(obj, 'SHAPE_KEYS', inputs, job.elapsed(), job.ood)
         obj.neurok.bake.frames = len(local)  # fewer than asked when a stop kept only the frames before it
         self.report({'INFO'}, f"Baked {len(local)} frames of '{obj.name}' to {mode.lower()} shape keys "
                               f"in {job.elapsed():.1f} s.")

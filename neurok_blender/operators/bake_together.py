@@ -4,7 +4,7 @@ engine/core/coupling.py); every object gets its Mesh Cache as with Bake to Mesh 
 
 import bpy
 
-from .. import bridge, jobs
+from .. import cache_files, jobs, mesh_data, objects, preview_cache, records, shape_keys
 from ..engine_link import NeurokError, SimulationFault, api
 from . import _common
 
@@ -81,18 +81,18 @@ class NEUROK_OT_bake_together(_common.JobOperator, bpy.types.Operator):
     def on_done(self, context, obj, job):
         written = []
         for inputs, frames in zip(self._group, job.result):
-            ob = bridge.find_object(inputs.obj_name, inputs.obj_uid)
+            ob = objects.find_object(inputs.obj_name, inputs.obj_uid)
             if ob is None or ob.type != 'MESH' or len(ob.data.vertices) != inputs.data_vertices \
-                    or bridge.topology_hash(ob.data) != inputs.topology:
+                    or mesh_data.topology_hash(ob.data) != inputs.topology:
                 raise NeurokError(f"'{inputs.obj_name}' was deleted or edited while NeuROK was running; nothing was "
                                   "written for it")
             written.append((ob, inputs, inputs.to_local(frames)))
         for ob, inputs, local in written:  # every check first: all objects are written, or none
-            bridge.write_cache(ob, local, inputs.frame_start)
-            bridge.remove_preview(ob)
+            cache_files.write_cache(ob, local, inputs.frame_start)
+            preview_cache.remove_preview(ob)
             if ob.neurok.bake.kind == 'SHAPE_KEYS':
-                bridge.remove_shape_keys(ob)
-            bridge.record_bake(ob, 'CACHE', inputs, job.elapsed(), None)
+                shape_keys.remove_shape_keys(ob)
+            records.record_bake(ob, 'CACHE', inputs, job.elapsed(), None)
             ob.neurok.bake.frames = len(local)
         self.report({'INFO'}, f"Baked {len(written[0][2])} frames of {len(written)} objects together "
                               f"in {job.elapsed():.1f} s.")

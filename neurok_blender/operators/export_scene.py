@@ -6,7 +6,7 @@ import bpy
 from bpy.props import StringProperty
 from bpy_extras.io_utils import ExportHelper
 
-from .. import bridge
+from .. import export
 from ..engine_link import NeurokError
 from . import _common
 
@@ -40,7 +40,7 @@ class NEUROK_OT_export_scene(bpy.types.Operator, ExportHelper):
         if inputs is None:
             return {'CANCELLED'}
         try:
-            json_path, obj_path = bridge.export_scene(inputs, bpy.path.abspath(self.filepath))
+            json_path, obj_path = export.export_scene(inputs, bpy.path.abspath(self.filepath))
         except (NeurokError, OSError) as e:
             self.report({'ERROR'}, f"Could not write the scene: {e}".rstrip(".") + ".")
             return {'CANCELLED'}

@@ -2,7 +2,7 @@
 
 import bpy
 
-from .. import bridge
+from .. import animation
 
 
 class NEUROK_OT_force_remove(bpy.types.Operator):
@@ -21,12 +21,12 @@ class NEUROK_OT_force_remove(bpy.types.Operator):
         s = obj.neurok
         i = min(s.active_force, len(s.forces) - 1)
         # keyed strengths are F-curves on "neurok.forces[i].strength": drop this one, shift the ones after it
-        fc = bridge.find_fcurve(obj, f"neurok.forces[{i}].strength")
-        fcurves = bridge._channelbag_fcurves(obj)
+        fc = animation.find_fcurve(obj, f"neurok.forces[{i}].strength")
+        fcurves = animation.channelbag_fcurves(obj)
         if fc is not None and fcurves is not None:
             fcurves.remove(fc)
         for j in range(i + 1, len(s.forces)):
-            fc = bridge.find_fcurve(obj, f"neurok.forces[{j}].strength")
+            fc = animation.find_fcurve(obj, f"neurok.forces[{j}].strength")
             if fc is not None:
                 fc.data_path = f"neurok.forces[{j - 1}].strength"
         s.forces.remove(i)

@@ -3,7 +3,7 @@
 import bpy
 from bpy.props import BoolProperty, StringProperty
 
-from .. import bridge, jobs
+from .. import jobs, objects, records
 
 
 class NEUROK_OT_free_bake(bpy.types.Operator):
@@ -21,18 +21,18 @@ class NEUROK_OT_free_bake(bpy.types.Operator):
         obj = bpy.data.objects.get(self.object_name) if self.object_name else context.active_object
         try:
             if obj is None or (not self.object_name and not obj.select_get()):
-                raise bridge.UserError("Select a mesh object first." if not self.object_name
+                raise objects.UserError("Select a mesh object first." if not self.object_name
                                        else f"There is no object named '{self.object_name}'.")
             if obj.type != 'MESH':
-                raise bridge.UserError(f"'{obj.name}' is not a mesh; NeuROK simulates mesh objects only.")
+                raise objects.UserError(f"'{obj.name}' is not a mesh; NeuROK simulates mesh objects only.")
             if obj.mode == 'EDIT':
-                raise bridge.UserError(f"'{obj.name}' is in Edit Mode; switch to Object Mode first.")
-        except bridge.UserError as e:
+                raise objects.UserError(f"'{obj.name}' is in Edit Mode; switch to Object Mode first.")
+        except objects.UserError as e:
             self.report({'ERROR'}, str(e))
             return {'CANCELLED'}
         job = jobs.JOBS.get(obj.name)
         if job is not None:
             job.cancel.set()
-        changed = bridge.free_all(obj, delete_file=self.delete_file)
+        changed = records.free_all(obj, delete_file=self.delete_file)
         self.report({'INFO'}, f"Freed the NeuROK bake of '{obj.name}'." if changed else f"'{obj.name}' had no NeuROK bake.")
         return {'FINISHED'}

@@ -5,7 +5,7 @@ import bpy
 from bl_operators.presets import AddPresetBase
 from bpy.props import StringProperty
 
-from .. import bridge, jobs
+from .. import jobs, objects, records, stack
 
 
 def _target(op, context):
@@ -34,8 +34,8 @@ class NEUROK_OT_physics_add(bpy.types.Operator):
         if obj is None:
             return {'CANCELLED'}
         try:
-            bridge.ensure_place(obj)
-        except bridge.UserError as e:
+            stack.ensure_place(obj)
+        except objects.UserError as e:
             self.report({'ERROR'}, str(e))
             return {'CANCELLED'}
         obj.neurok.enabled = True
@@ -59,8 +59,8 @@ class NEUROK_OT_physics_remove(bpy.types.Operator):
         if job is not None:
             job.cancel.set()
             jobs.JOBS.pop(obj.name, None)
-        bridge.free_all(obj)
-        mod = bridge.own_modifier(obj, bridge.CACHE_MODIFIER)
+        records.free_all(obj)
+        mod = stack.own_modifier(obj, stack.CACHE_MODIFIER)
         if mod is not None:
             obj.modifiers.remove(mod)
         obj.neurok.enabled = False

@@ -16,7 +16,7 @@ import time
 import bpy
 from bpy.props import BoolProperty, StringProperty
 
-from .. import bridge, jobs, preferences
+from .. import animation, gather, jobs, preferences, preview_cache, records, stack
 from ..engine_link import NeurokError
 from . import _common
 
@@ -34,7 +34,7 @@ def animated_paths(id_data) -> set:
     ad = getattr(id_data, "animation_data", None)
     if ad is None:
         return out
-    for fc in (bridge._channelbag_fcurves(id_data) or []):
+    for fc in (animation.channelbag_fcurves(id_data) or []):
         out.add(fc.data_path)
     for fc in ad.drivers:
         out.add(fc.data_path)
@@ -43,7 +43,7 @@ def animated_paths(id_data) -> set:
 
 def _curves_key(id_data) -> tuple:
     keys = []
-    for fc in (bridge._channelbag_fcurves(id_data) or []):
+    for fc in (animation.channelbag_fcurves(id_data) or []):
         keys.append((fc.data_path, fc.array_index, tuple(tuple(kp.co) for kp in fc.keyframe_points),
                      tuple(kp.interpolation for kp in fc.keyframe_points)))
     ad = getattr(id_data, "animation_data", None)
@@ -108,19 +108,19 @@ def fingerprint(context, obj) -> tuple:
     out = [len(obj.data.vertices), tuple(vg.name for vg in obj.vertex_groups),
            _object_key(obj, named=False), tuple(scene.gravity), scene.use_gravity,
            scene.render.fps, scene.render.fps_base, scene.frame_start, scene.frame_end,
-           bridge.stack_key(obj)]
+           stack.stack_key(obj)]
     _walk(obj.neurok, out, "neurok", animated_paths(obj))
     _walk(scene.neurok, out, "neurok", animated_paths(scene), skip=("specialize_minutes", "shape_key_mode",
                                                                  "keep_frames_before_stop"))
     if obj.neurok.use_force_fields:
-        for ob in bridge.field_objects(context, obj):
+        for ob in gather.field_objects(context, obj):
             f, animated = ob.field, animated_paths(ob)
             out.append(tuple(("animated", k) if f"field.{k}" in animated else getattr(f, k, None) for k in FIELD_KEYS))
             out.append(_object_key(ob))
-    for ob in bridge.collider_objects(context, obj):
+    for ob in gather.collider_objects(context, obj):
         c = ob.collision
         out.append((_object_key(ob), c.thickness_outer, c.thickness_inner, c.cloth_friction, c.damping,
-                    len(ob.data.vertices) if ob.type == 'MESH' else 0, bridge.stack_key(ob)))
+                    len(ob.data.vertices) if ob.type == 'MESH' else 0, stack.stack_key(ob)))
     return tuple(out)
 
 
@@ -148,7 +148,7 @@ class NEUROK_OT_preview(_common.JobOperator, bpy.types.Operator):
                 jobs.JOBS.pop(name, None)  # the modal sees its job gone and restores the mesh
             obj = bpy.data.objects.get(name)
             if obj is not None and running is None:
-                bridge.remove_preview(obj)
+                preview_cache.remove_preview(obj)
             return {'FINISHED'}
         obj = _common.target_or_report(self, context, self.object_name)
         if obj is None:
@@ -166,7 +166,7 @@ class NEUROK_OT_preview(_common.JobOperator, bpy.types.Operator):
 
     # ------------------------------------------------------------------ state
     def _setup_state(self, inputs):
-        self._cache = bridge.PreviewCache(inputs.obj_name, inputs.vertex_count, inputs.frame_start)
+        self._cache = preview_cache.PreviewCache(inputs.obj_name, inputs.vertex_count, inputs.frame_start)
         self._frame_start = inputs.frame_start
         self._pending = []
         self._newest = None
@@ -193,22 +193,22 @@ class NEUROK_OT_preview(_common.JobOperator, bpy.types.Operator):
         self._cache.append(self._pending)
         self._pending = []
         if obj is not None:
-            bridge.show_preview(obj, self._cache.path, self._frame_start, self._newest)
+            preview_cache.show_preview(obj, self._cache.path, self._frame_start, self._newest)
 
     def _cleanup(self, context, restore=True):
         self._stop_timer(context)
         obj = bpy.data.objects.get(self._obj_name)
         if restore and obj is not None:
-            bridge.remove_preview(obj)
+            preview_cache.remove_preview(obj)
         self._cache.delete()
         jobs.tag_redraw(context)
 
     # ------------------------------------------------------------------ background (synchronous) end
     def on_done(self, context, obj, job):
         self._flush(None)
-        bridge.show_preview(obj, self._cache.path, self._frame_start, None)
+        preview_cache.show_preview(obj, self._cache.path, self._frame_start, None)
         if obj.neurok.bake.kind == 'NONE':
-            bridge.record_ood(obj, job.ood)
+            records.record_ood(obj, job.ood)
         self.report({'INFO'}, f"Previewed {self._cache.samples} frames of '{obj.name}' "
                               "(the 'NeuROK Preview' modifier plays them; run Preview with Stop to remove it).")
         return {'FINISHED'}
@@ -219,7 +219,7 @@ class NEUROK_OT_preview(_common.JobOperator, bpy.types.Operator):
         obj = jobs.follow_rename(job)
         self._flush(None)
         if obj is not None and obj.type == 'MESH' and self._cache.samples:
-            bridge.show_preview(obj, self._cache.path, self._frame_start, None)
+            preview_cache.show_preview(obj, self._cache.path, self._frame_start, None)
         else:
             self._cache.delete()
         self.report({'ERROR'}, _common.fault_sentence(job, preview=True))
@@ -258,12 +258,12 @@ class NEUROK_OT_preview(_common.JobOperator, bpy.types.Operator):
         if job.finished and not self._final_shown:
             self._final_shown = True
             if job.status == "done" and self._cache.samples:
-                bridge.show_preview(obj, self._cache.path, self._frame_start, None)
+                preview_cache.show_preview(obj, self._cache.path, self._frame_start, None)
             elif job.status in ("fault", "error") and not self._reported:
                 self._reported = True
                 self.report({'ERROR'}, _common.fault_sentence(job, preview=True) if job.status == "fault" else job.message)
             if job.ood is not None and obj.neurok.bake.kind == 'NONE':
-                bridge.record_ood(obj, job.ood)
+                records.record_ood(obj, job.ood)
         fp = fingerprint(context, obj)
         now = time.perf_counter()
         if fp != self._fingerprint:
@@ -278,14 +278,14 @@ class NEUROK_OT_preview(_common.JobOperator, bpy.types.Operator):
     def _restart(self, context, obj, old_job):
         old_job.cancel.set()
         try:
-            inputs = bridge.gather(context, obj)
+            inputs = gather.gather(context, obj)
         except NeurokError as e:
             self.report({'ERROR'}, str(e))
             self._final_shown = True
             return
         if inputs.vertex_count != self._cache.points:
             self._cache.delete()
-            self._cache = bridge.PreviewCache(inputs.obj_name, inputs.vertex_count, inputs.frame_start)
+            self._cache = preview_cache.PreviewCache(inputs.obj_name, inputs.vertex_count, inputs.frame_start)
         else:
             self._needs_reset = True
         self._frame_start = inputs.frame_start

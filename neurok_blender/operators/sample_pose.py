@@ -4,20 +4,12 @@ import bpy
 import numpy as np
 from bpy.props import IntProperty, StringProperty
 
-from .. import bridge, jobs, preferences
-from ..engine_link import NeurokError, learned_engine_status
+from .. import jobs, preferences, stack
+from ..engine_link import NeurokError, missing_module_sentence
 from . import _common
 
 
-def unavailable_reason(context) -> str | None:
-    s = context.scene.neurok
-    problem = learned_engine_status(bpy.path.abspath(s.model_path) if s.model_path else "")
-    if problem:
-        return problem
-    return None
-
-
-class NEUROK_OT_sample_pose(bpy.types.Operator):
+class NEUROK_OT_sample_pose(_common.LearnedOnly, bpy.types.Operator):
     """Generate a plausible deformation of this object from the learned model's prior and store it as the
     shape key "NeuROK Pose" (value 1); run again with another seed for another pose"""
     bl_idname = "neurok.sample_pose"
@@ -27,18 +19,8 @@ class NEUROK_OT_sample_pose(bpy.types.Operator):
     object_name: StringProperty(name="Object", options={'SKIP_SAVE', 'HIDDEN'})
     seed: IntProperty(name="Seed", default=0, min=0, description="Different seeds give different poses")
 
-    @classmethod
-    def poll(cls, context):
-        reason = unavailable_reason(context)
-        if reason:
-            cls.poll_message_set(reason)
-            return False
-        return True
-
     def execute(self, context):
-        reason = unavailable_reason(context)
-        if reason:
-            self.report({'ERROR'}, reason)
+        if self.refused(context):
             return {'CANCELLED'}
         obj = _common.target_or_report(self, context, self.object_name)
         if obj is None:
@@ -57,9 +39,7 @@ class NEUROK_OT_sample_pose(bpy.types.Operator):
             self.report({'ERROR'}, str(e))
             return {'CANCELLED'}
         except ImportError as e:  # the engine's own dependencies (torch) are missing: one sentence, no traceback
-            missing = getattr(e, "name", None) or str(e)
-            self.report({'ERROR'}, f"Sampling a pose needs the Python module '{missing}', which Blender's Python lacks; "
-                                   "install the self-contained NeuROK build for your platform.")
+            self.report({'ERROR'}, missing_module_sentence(e, "Sampling a pose failed"))
             return {'CANCELLED'}
         except Exception as e:  # an engine bug: one sentence in the UI, the traceback in the console
             import traceback
@@ -75,9 +55,9 @@ class NEUROK_OT_sample_pose(bpy.types.Operator):
         local = inputs.to_local(pose)
         if obj.data.shape_keys is None:
             obj.shape_key_add(name="Basis", from_mix=False)
-        kb = obj.data.shape_keys.key_blocks.get(bridge.POSE_KEY) or obj.shape_key_add(name=bridge.POSE_KEY, from_mix=False)
+        kb = obj.data.shape_keys.key_blocks.get(stack.POSE_KEY) or obj.shape_key_add(name=stack.POSE_KEY, from_mix=False)
         kb.data.foreach_set("co", local.ravel())
         kb.value = 1.0
         obj.data.update()
-        self.report({'INFO'}, f"Stored a sampled pose (seed {self.seed}) as the shape key '{bridge.POSE_KEY}'.")
+        self.report({'INFO'}, f"Stored a sampled pose (seed {self.seed}) as the shape key '{stack.POSE_KEY}'.")
         return {'FINISHED'}

@@ -5,30 +5,22 @@ import os
 import bpy
 from bpy.props import FloatProperty, StringProperty
 
-from .. import bridge, jobs
-from ..engine_link import api, learned_engine_status
+from .. import cache_files, jobs, scene_settings
+from ..engine_link import api
 from . import _common
 
 
-def unavailable_reason(context) -> str | None:
-    s = context.scene.neurok
-    problem = learned_engine_status(bpy.path.abspath(s.model_path) if s.model_path else "")
-    if problem:
-        return "Specialization fine-tunes the learned model: " + problem[0].lower() + problem[1:]
-    return None
-
-
 def output_path(obj) -> tuple[str, str]:
-    name = bridge.file_stem(obj.name)
+    name = cache_files.file_stem(obj.name)
     if bpy.data.filepath:
         path = os.path.join(os.path.dirname(bpy.data.filepath),
                             f"{os.path.splitext(os.path.basename(bpy.data.filepath))[0]}.{name}.neurok.ckpt")
         return path, bpy.path.relpath(path)
-    path = str(bridge.temp_cache_dir() / f"specialized_{os.getpid()}_{name}.neurok.ckpt")
+    path = str(cache_files.temp_cache_dir() / f"specialized_{os.getpid()}_{name}.neurok.ckpt")
     return path, path
 
 
-class NEUROK_OT_specialize(_common.JobOperator, bpy.types.Operator):
+class NEUROK_OT_specialize(_common.LearnedOnly, _common.JobOperator, bpy.types.Operator):
     """Fine-tune the learned model on this object: simulate it with the reference engine for a while and train
     on that; the result becomes this scene's model file"""
     bl_idname = "neurok.specialize"
@@ -41,19 +33,10 @@ class NEUROK_OT_specialize(_common.JobOperator, bpy.types.Operator):
 
     job_kind = "specialize"
     cancelled_message = "Specialization cancelled; the model was not changed."
-
-    @classmethod
-    def poll(cls, context):
-        reason = unavailable_reason(context)
-        if reason:
-            cls.poll_message_set(reason)
-            return False
-        return True
+    why_learned = "Specialization fine-tunes the learned model"
 
     def execute(self, context):
-        reason = unavailable_reason(context)
-        if reason:
-            self.report({'ERROR'}, reason)
+        if self.refused(context):
             return {'CANCELLED'}
         obj = _common.target_or_report(self, context, self.object_name)
         if obj is None or _common.busy_or_report(self, obj.name):
@@ -64,7 +47,7 @@ class NEUROK_OT_specialize(_common.JobOperator, bpy.types.Operator):
         minutes = self.minutes or context.scene.neurok.specialize_minutes
         path, stored = output_path(obj)
         self._stored = stored
-        model = bpy.path.abspath(context.scene.neurok.model_path) if context.scene.neurok.model_path else None
+        model = scene_settings.model_file(context) or None
         kind = inputs.setup.material.get("kind")
 
         def task(job):

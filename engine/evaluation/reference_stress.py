@@ -6,7 +6,7 @@ body must spring back once the load is gone.
 - `sweep`: pokes and squeezes at 1x, 10x and 100x the top of the training generator's range on
   Poisson ratios 0.3, 0.45 and 0.49: least volume, NaN, recovery two seconds after the load.
 
-    .venv/bin/python -m engine.reference.stress --mesh assets/samples/jelly.obj --json sweep.json
+    .venv/bin/python -m engine.evaluation.reference_stress --mesh assets/samples/jelly.obj --json sweep.json
 
 prints the sweep as a markdown table (docs/PHYSICS.md quotes it);
 `--weightless 10 0.45` runs one squeeze row and then goes on without gravity.
@@ -26,7 +26,7 @@ from ..core.formats import read_mesh
 from ..core.measures import MeshMeasures, best_rotation
 from ..core.geometry import vertex_normals, winding_numbers
 from ..core.scene import MATERIAL_PRESETS, setup_from_scene
-from .simulator import ReferenceSimulator
+from ..reference.simulator import ReferenceSimulator
 
 DT = 1.0 / 24.0
 RECOVERY_FRAMES = 48            # two seconds after the load ends

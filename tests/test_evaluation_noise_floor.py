@@ -1,10 +1,10 @@
-"""The resolution noise floor (engine/reference/noise_floor.py): the reference at the default
+"""The resolution noise floor (engine/evaluation/noise_floor.py): the reference at the default
 resolution against itself at twice the resolution, as the evaluation reads it."""
 import numpy as np
 
 from engine.core.formats import Mesh
 from engine.core.scene import setup_from_scene
-from engine.reference.noise_floor import noise_floor, subdivide
+from engine.evaluation.noise_floor import noise_floor, subdivide
 from engine.training.shapes import _box_lattice
 
 

@@ -5,8 +5,8 @@ its own mesh and on the mesh with every triangle split in four (the original ver
 indices, so the two runs are compared vertex by vertex). No learned model can be asked to be
 closer to the reference than the reference is to itself.
 
-    from engine.reference.noise_floor import noise_floor
-    report = noise_floor(setup)            # setup: engine.core.scene.Setup
+    from engine.evaluation.noise_floor import noise_floor
+    report = noise_floor(setup)            # setup: engine.core.setup.Setup
     report["rel_l2"]["mean"], report["ratio_to_hold_still"]["mean"]
 
 Returned keys:
@@ -26,9 +26,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..core.scene import Setup
-from .lattice import DEFAULT_LATTICE_CELLS
-from .simulator import ReferenceSimulator
+from ..core.setup import Setup
+from ..reference.lattice import DEFAULT_LATTICE_CELLS
+from ..reference.simulator import ReferenceSimulator
 
 REPORT_FRAMES = (1, 10, 50, 100, 200)
 

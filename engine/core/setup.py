@@ -1,0 +1,104 @@
+"""`Setup`: a simulation made concrete for one mesh, the one input both engines run.
+
+Every field an engine reads is declared here; `scene.setup_from_arrays` builds one (from a scene
+file through `scene.setup_from_scene`, from Blender through the add-on's gather), and
+`scene.setup_from_sequence` from a recorded sequence.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .colliders import Collider
+from .errors import FormatError
+from .fields import Effector
+from .formats import Sequence
+
+
+def profile_value(profile: dict, frame: float, dt: float) -> float:
+    """Strength multiplier of a force at `frame` (applied from frame to frame + 1)."""
+    kind = profile.get("type", "constant")
+    start = profile.get("start", 0) or 0
+    end = profile.get("end")
+    if kind == "keyframes":
+        keys = sorted(profile["keys"])
+        return float(np.interp(frame, [k[0] for k in keys], [k[1] for k in keys]))
+    if frame < start or (end is not None and frame >= end):
+        return 0.0
+    if kind == "constant":
+        return 1.0
+    if kind == "impulse":
+        # an impulse lasts one frame unless an end is given
+        return 1.0 if end is not None or frame < start + 1 else 0.0
+    if kind == "sine":
+        frequency = profile.get("frequency")
+        return math.sin(2.0 * math.pi * (1.0 if frequency is None else frequency) * (frame - start) * dt)
+    raise FormatError(f"unknown profile '{kind}'")
+
+
+@dataclass
+class Setup:
+    """A simulation made concrete for one mesh; every array is per vertex, in metres and seconds.
+
+    `frames` counts frame 0 (the initial state), so a run makes frames - 1 steps.
+    """
+    rest: np.ndarray
+    faces: np.ndarray
+    x0: np.ndarray
+    v0: np.ndarray
+    dt: float
+    frames: int
+    gravity: np.ndarray
+    material: dict
+    pin_weight: np.ndarray
+    pin_targets: np.ndarray | None = None  # [T,N,3]; None: pins hold frame-0 positions
+    accel_table: np.ndarray | None = None  # [T,N,3] explicit per-frame accelerations
+    force_terms: list = field(default_factory=list)  # (weights [N], accel [3], profile)
+    floor_z: float | None = None
+    vertex_mass: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)
+    colliders: list[Collider] = field(default_factory=list)  # collision meshes (engine.core.colliders)
+    # force fields (engine.core.fields), evaluated by the engines every step on the deformed surface
+    effectors: list[Effector] = field(default_factory=list)
+
+    @property
+    def num_vertices(self) -> int:
+        return len(self.rest)
+
+    def pin_target(self, frame: int) -> np.ndarray:
+        if self.pin_targets is None:
+            return self.x0
+        return self.pin_targets[min(frame, len(self.pin_targets) - 1)]
+
+    def external_accel(self, frame: int) -> np.ndarray:
+        """Acceleration per vertex applied from `frame` to `frame + 1` (m/s^2)."""
+        if self.accel_table is not None:
+            return self.accel_table[min(frame, len(self.accel_table) - 1)]
+        a = np.zeros((self.num_vertices, 3))
+        for weights, accel, profile in self.force_terms:
+            s = profile_value(profile, frame, self.dt)
+            if s != 0.0:
+                a += s * weights[:, None] * np.asarray(accel)[None, :]
+        return a
+
+    def accel_frames(self) -> np.ndarray:
+        return np.stack([self.external_accel(t) for t in range(self.frames)]).astype(np.float32)
+
+    def pin_target_frames(self) -> np.ndarray:
+        return np.stack([self.pin_target(t) for t in range(self.frames)]).astype(np.float32)
+
+    def to_sequence(self, positions: np.ndarray, meta: dict | None = None) -> Sequence:
+        """Record this setup with its result as a `neurok.sequence/1`."""
+        seq = Sequence(rest=self.rest.astype(np.float32), faces=self.faces.astype(np.int32),
+                       positions=np.asarray(positions, np.float32), dt=self.dt,
+                       gravity=np.asarray(self.gravity, np.float32), material=dict(self.material),
+                       external_accel=self.accel_frames()[:len(positions)], velocity0=self.v0.astype(np.float32),
+                       pin_weight=self.pin_weight.astype(np.float32), floor_z=self.floor_z,
+                       meta=dict(self.meta, **(meta or {})))
+        if self.pin_weight.any():
+            seq.pin_target = self.pin_target_frames()[:len(positions)]  # a stopped run keeps fewer frames
+        if self.vertex_mass is not None:
+            seq.vertex_mass = self.vertex_mass.astype(np.float32)
+        return seq
