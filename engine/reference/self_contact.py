@@ -141,7 +141,9 @@ class LatticeSelfContact:
         self.exclude = EXCLUDE * h
         self.kappa = float(young) * h * h / self.d_hat
         self._along = None              # (y, step, pairs): the pairs that can meet along a step
+        self.pairs_checked = 0          # work done: pairs whose distance was measured (budget.py)
         self.excluded = self._excluded_keys()
+        self.pairs_checked = 0
 
     def _pairs_near(self, y):
         """Pairs that may be within d_hat of each other at y: those found for the last step
@@ -200,10 +202,10 @@ class LatticeSelfContact:
         ee = ee[~_member(ee @ [len(self.edges), 1], self.excluded[1])]
         return self._pair_nodes(pt, ee)
 
-    @staticmethod
-    def distance(y, nodes, is_pt):
+    def distance(self, y, nodes, is_pt):
         """Distance [K] of each pair at y, and the weights [K,4] of its nodes whose sum is the
         vector between its closest points."""
+        self.pairs_checked += len(nodes)
         d = np.empty(len(nodes))
         w = np.empty((len(nodes), 4))
         x = y[nodes]

@@ -1,0 +1,103 @@
+"""The work budget of one substep of the reference simulator's solve.
+
+A load far beyond anything the material can carry (issue 26: Suzanne pushed at 30,000 m/s²)
+does not make the Newton solve fail; it makes it crawl: every iteration is cut short by the
+self-contact step limit, the line search halves many times, and the contact's candidate search
+grows with the distance a step would travel, so one frame took minutes. Each substep therefore
+gets a budget of work, counted (not timed, so a run is the same on any machine). The budget
+sits far above what ordinary scenes use (docs/RELIABILITY.md, "Work budget", has the
+measurements); a frame whose substep runs out of it is computed again with more substeps, and
+if it runs out again the run stops with `WorkBudgetExceeded`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from ..core.errors import SimulationFault
+from ..core.guard import load_strain
+
+BUDGET_RETRY_FACTOR = 4         # a frame that runs out is computed again with 4x the substeps
+
+
+@dataclass
+class Work:
+    """Work of one substep (or the most of any substep, as a peak)."""
+    newton_iterations: int = 0
+    line_search_halvings: int = 0     # summed over the substep's Newton iterations
+    contact_limited_steps: int = 0    # Newton steps the self-contact step limit cut short
+    contact_cut_halvings: int = 0     # how far it cut them: the sum of log2(1 / share allowed)
+    contact_pairs: int = 0            # contact pairs whose distance was computed
+
+    def raise_to(self, other: "Work") -> None:
+        for f in fields(self):
+            setattr(self, f.name, max(getattr(self, f.name), getattr(other, f.name)))
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# Each limit is several times the most any substep of the demo scenes, the evaluation scenes and
+# generated training sequences used (docs/RELIABILITY.md, "Work budget").
+DEFAULT_BUDGET = Work(newton_iterations=10**9, line_search_halvings=10**9, contact_limited_steps=10**9,
+                      contact_cut_halvings=10**9, contact_pairs=10**12)
+
+DESCRIPTIONS = {
+    "newton_iterations": "Newton iterations",
+    "line_search_halvings": "line-search halvings",
+    "contact_limited_steps": "self-contact step limits",
+    "contact_cut_halvings": "self-contact step limits (in halvings of the Newton step)",
+    "contact_pairs": "self-contact pair checks",
+}
+
+
+class OutOfWork(Exception):
+    """A substep spent more than its budget of `what` (internal: the simulator retries the frame)."""
+
+    def __init__(self, what: str, spent: int, limit: int):
+        super().__init__(f"{DESCRIPTIONS[what]}: {spent} > {limit}")
+        self.what, self.spent, self.limit = what, spent, limit
+
+
+class SubstepWork(Work):
+    """The running count of one substep against a budget."""
+
+    def __init__(self, budget: Work | None):
+        super().__init__()
+        self.budget = budget
+
+    def spend(self, what: str, amount: int = 1) -> None:
+        spent = getattr(self, what) + int(amount)
+        setattr(self, what, spent)
+        limit = None if self.budget is None else getattr(self.budget, what)
+        if limit is not None and spent > limit:
+            raise OutOfWork(what, spent, limit)
+
+
+def halvings(start: float, alpha: float) -> int:
+    """How many times a line search halved its step from `start` to reach `alpha` (0: gave up)."""
+    if alpha <= 0.0:
+        return int(round(math.log2(start / 1e-12))) if start > 0 else 0
+    return max(0, int(round(math.log2(start / alpha))))
+
+
+class WorkBudgetExceeded(SimulationFault):
+    """A run the reference simulator stopped because a substep ran out of its work budget, also
+    with more substeps; `positions` (filled by `Run.bake`) holds the frames before it."""
+
+    def __init__(self, frame: int, out: OutOfWork, load: float, kind: str, positions=None):
+        super().__init__(_message(frame, out, load, kind), frame, positions)
+        self.what, self.load = out.what, load
+
+
+def setup_load(setup, diagonal: float) -> float:
+    """The load that can cause such work: the guard's strain estimate rho*a*L/E + v/c."""
+    return load_strain(setup, diagonal)
+
+
+def _message(frame: int, out: OutOfWork, load: float, kind: str) -> str:
+    done = f"frames 0-{frame - 1} were computed" if frame > 1 else "only frame 0 was computed"
+    symbol = "ρ_A·a·L/k" if kind == "cloth" else "ρaL/E"
+    return (f"the reference simulator gave up at frame {frame}: a substep ran out of {DESCRIPTIONS[out.what]} "
+            f"({out.spent} > {out.limit}), also with {BUDGET_RETRY_FACTOR}x the substeps, under a load of "
+            f"{symbol} = {load:.3g} (ordinary scenes stay below 1); the run was stopped ({done})")
