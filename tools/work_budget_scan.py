@@ -5,7 +5,7 @@ budget off. Groups: the demo scenes (bundled samples, default settings, as the a
 them), the evaluation scenes (Blender primitives, the evaluation's settings), generated training
 sequences, and (slow) the jelly sweep's heaviest rows (docs/PHYSICS.md (o)).
 
-    python tools/work_budget_scan.py --groups demo eval generated [--frames N] [--json OUT]
+    python tools/work_budget_scan.py --groups demo eval generated [--sequences FIRST:COUNT] [--frames N] [--json OUT]
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def eval_cases(frames):
     yield "eval beam", setup_from_scene(beam_mesh(), beam_scene(frames or 48)), REFERENCE_SETTINGS
 
 
-def generated_cases(frames, count=6, seed=1):
+def generated_cases(frames, count=6, seed=1, first=0):
     """The generator's own draws (`make_sequence`), run here with the budget off."""
     from engine.training import generate
     runs = []
@@ -60,14 +60,14 @@ def generated_cases(frames, count=6, seed=1):
         raise _Captured
     generate.ReferenceSimulator = capture
     try:
-        for i in range(count):
+        for i in range(first, first + count):
             try:
                 generate.make_sequence(seed, i, frames=frames or 64)
             except _Captured:
                 pass
     finally:
         generate.ReferenceSimulator = original
-    for i, (setup, options) in enumerate(runs):
+    for i, (setup, options) in enumerate(runs, start=first):
         yield f"generated seed {seed} #{i}", setup, options
 
 
@@ -105,9 +105,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--groups", nargs="+", choices=GROUPS, default=["demo", "eval", "generated"])
     ap.add_argument("--frames", type=int, default=None, help="frames per case (default: each case's own)")
+    ap.add_argument("--sequences", default="0:6", help="generated sequences FIRST:COUNT of seed 1 (make data's)")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args(argv)
-    makers = {"demo": demo_cases, "eval": eval_cases, "generated": generated_cases, "sweep": sweep_cases}
+    first, count = (int(k) for k in args.sequences.split(":"))
+    makers = {"demo": demo_cases, "eval": eval_cases, "sweep": sweep_cases,
+              "generated": lambda frames: generated_cases(frames, count, first=first)}
     rows = [measure(*case) for group in args.groups for case in makers[group](args.frames)]
     peak = Work()
     for row in rows:

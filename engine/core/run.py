@@ -31,6 +31,10 @@ class Run:
         self.check_plausibility = True
         self._guard: Guard | None = None
         self.guard_retries = 0          # frames the guard rejected and the engine recomputed successfully
+        # set by the caller, read by engines whose frames can be slow (the reference): called with
+        # (frame being computed, share of it done) within a frame; `cancel` is checked inside it too
+        self.on_substep = None
+        self.cancel = None
 
     @property
     def guard(self) -> Guard | None:
@@ -51,6 +55,7 @@ class Run:
         return None
 
     def frames(self, cancel=None):
+        self.cancel = cancel
         guard = self.guard
         for t, x in enumerate(self._iter_frames()):
             if cancel is not None and cancel.is_set():

@@ -170,9 +170,10 @@ class ReferenceSimulator:
             H = sp.diags(diag)
         return energy, g.ravel(), H
 
-    def _step(self, frame, end=1.0):
+    def _step(self, frame, end=1.0, must_converge=False):
         """One substep from state (y, v); it ends at fractional frame `frame + end` (where a moving
-        collider is felt)."""
+        collider is felt). Newton stops after `newton_iterations` even if it has not converged (a
+        few substeps of ordinary scenes do), unless `must_converge` (then that runs out of work)."""
         h = self.h
         y_n, v_n = self.y, self.v
         x_prev = np.asarray(self.W @ y_n)
@@ -248,6 +249,9 @@ class ReferenceSimulator:
                 if allowed == 1.0 and np.max(np.abs(alpha * step)) < self.tolerance * self.diagonal:
                     break
                 energy, grad, H = total(yf)
+            else:
+                if must_converge:
+                    raise OutOfWork("newton_iterations", self.newton_iterations, self.newton_iterations)
         finally:
             self.work_peak.raise_to(work)
             if self.work_log is not None:
@@ -300,17 +304,18 @@ class ReferenceSimulator:
 
     def step_frame(self):
         """The next frame; a frame whose substep runs out of work is computed again with
-        BUDGET_RETRY_FACTOR times the substeps, and if it runs out again the run stops."""
+        BUDGET_RETRY_FACTOR times the substeps, where Newton must also converge in each; if it
+        runs out again the run stops."""
         before = (self.y.copy(), self.v.copy())
         try:
             self._substeps(self.substeps)
-        except OutOfWork:
+        except OutOfWork as first:
             self.y, self.v = before[0].copy(), before[1].copy()
             try:
-                self._substeps(self.substeps * BUDGET_RETRY_FACTOR)
-            except OutOfWork as out:
+                self._substeps(self.substeps * BUDGET_RETRY_FACTOR, must_converge=True)
+            except OutOfWork as again:
                 self.y, self.v = before
-                raise WorkBudgetExceeded(self.frame + 1, out, setup_load(self.setup, self.diagonal),
+                raise WorkBudgetExceeded(self.frame + 1, first, again, setup_load(self.setup, self.diagonal),
                                          self.setup.material["kind"]) from None
         self.frame += 1
         x = self.vertices()
@@ -318,7 +323,7 @@ class ReferenceSimulator:
             raise SimulationFault(f"the reference simulation produced NaN at frame {self.frame}", self.frame, None)
         return x
 
-    def _substeps(self, count):
+    def _substeps(self, count, must_converge=False):
         """Advance the state by one frame in `count` substeps."""
         h = self.h
         self.h = self.setup.dt / count
@@ -327,7 +332,7 @@ class ReferenceSimulator:
                 if self.lattice is not None:    # a state that starts inverted is first solved without the barrier
                                                 # (and without self-contact)
                     self.elastic.barrier = self.elastic.all_upright(self.y)
-                self._step(self.frame, (k + 1) / count)
+                self._step(self.frame, (k + 1) / count, must_converge)
                 if self.on_substep is not None:
                     self.on_substep(self.frame + 1, (k + 1) / count)
         finally:
