@@ -95,6 +95,9 @@ class ReferenceSimulator:
             self.dof_mass = mat["density"] * lat.node_volume
         self.self_contact = (LatticeSelfContact(self.lattice, mat["stiffness"])
                              if self.lattice is not None and self_contact else None)
+        self._work = None               # the running substep's count
+        if self.self_contact is not None:
+            self.self_contact.between_chunks = self._between_chunks
         self.vertex_mass = self._vertex_masses(setup)
         self.W3 = sp.kron(self.W, sp.identity(3), format="csr")
         self.M3 = np.repeat(self.dof_mass, 3)
@@ -229,36 +232,45 @@ class ReferenceSimulator:
                 H = H + H_nodes
             return energy, grad, H.tocsc()
 
-        if self.self_contact is not None:
-            self.self_contact.pairs_checked = 0
-        yf = y_n.ravel() + self._allowed(y_n.ravel(), h * v_n.ravel()) * h * v_n.ravel()
-        energy, grad, H = total(yf)
-        if not np.isfinite(energy):             # the inertial guess inverts an element: start at rest
-            yf = y_n.ravel().copy()
-            energy, grad, H = total(yf)
-        work = SubstepWork(self.budget)
-        try:
-            for _ in range(self.newton_iterations):
-                work.spend("newton_iterations")
-                step = -self._solve(H, grad)
-                allowed = self._allowed(yf, step, work)
-                alpha = line_search(total, yf, energy, float(np.dot(grad, step)), step, allowed)
-                work.spend("line_search_halvings", halvings(allowed, alpha))
-                self._spend_pair_checks(work)
-                yf = yf + alpha * step
-                if allowed == 1.0 and np.max(np.abs(alpha * step)) < self.tolerance * self.diagonal:
-                    break
-                energy, grad, H = total(yf)
-            else:
-                if must_converge:
-                    raise OutOfWork("newton_iterations", self.newton_iterations, self.newton_iterations)
-        finally:
-            self.work_peak.raise_to(work)
-            if self.work_log is not None:
-                self.work_log.append(work)
+        yf = self._newton(total, y_n.ravel(), h * v_n.ravel(), must_converge)
         y_new = yf.reshape(-1, 3)
         self.v = (y_new - y_n) / h
         self.y = y_new
+
+    def _newton(self, total, y0, inertial_step, must_converge):
+        """Minimise the incremental potential `total` by Newton with line search from the inertial
+        guess, counting the work against the budget."""
+        if self.self_contact is not None:
+            self.self_contact.pairs_checked = 0
+        work = self._work = SubstepWork(self.budget)
+        try:
+            return self._newton_iterations(total, y0, inertial_step, must_converge, work)
+        finally:
+            self._work = None
+            self.work_peak.raise_to(work)
+            if self.work_log is not None:
+                self.work_log.append(work)
+
+    def _newton_iterations(self, total, y0, inertial_step, must_converge, work):
+        yf = y0 + self._allowed(y0, inertial_step) * inertial_step
+        energy, grad, H = total(yf)
+        if not np.isfinite(energy):             # the inertial guess inverts an element: start at rest
+            yf = y0.copy()
+            energy, grad, H = total(yf)
+        for _ in range(self.newton_iterations):
+            work.spend("newton_iterations")
+            step = -self._solve(H, grad)
+            allowed = self._allowed(yf, step, work)
+            alpha = line_search(total, yf, energy, float(np.dot(grad, step)), step, allowed)
+            work.spend("line_search_halvings", halvings(allowed, alpha))
+            self._spend_pair_checks(work)
+            yf = yf + alpha * step
+            if allowed == 1.0 and np.max(np.abs(alpha * step)) < self.tolerance * self.diagonal:
+                return yf
+            energy, grad, H = total(yf)
+        if must_converge:
+            raise OutOfWork("newton_iterations", self.newton_iterations, self.newton_iterations)
+        return yf
 
     def _contact_on(self):
         """Self-contact holds while every element is upright: a state that starts inverted has its
@@ -281,6 +293,12 @@ class ReferenceSimulator:
         if self.self_contact is not None:
             work.spend("contact_pairs", self.self_contact.pairs_checked)
             self.self_contact.pairs_checked = 0
+
+    def _between_chunks(self):
+        """A long contact search: stop it when cancelled or out of work."""
+        self._check_cancel()
+        if self._work is not None:
+            self._spend_pair_checks(self._work)
 
     def _check_cancel(self):
         if self.cancel is not None and self.cancel.is_set():
