@@ -39,8 +39,8 @@ class Work:
 
 # Measured with tools/work_budget_scan.py (docs/RELIABILITY.md, "Work budget"), the most any substep
 # used: line-search halvings 26, contact cuts 80 and pair checks 1.7 million on the demo scenes, the
-# evaluation scenes and generated training sequences; contact cuts 200 and pair checks 10.7 million
-# on the jelly sweep's 100x pokes and squeezes (docs/PHYSICS.md (o)), which run to the end. The
+# evaluation scenes and generated training sequences; contact cuts 200 and pair checks 12.4 million
+# on the jelly sweep's 100x pokes and squeezes (docs/PHYSICS.md (o)), which run as before. The
 # issue's case spends 60 million pair checks a substep. Newton iterations have their own cap (the
 # simulator's `newton_iterations`), which ends a substep unconverged and binds only in a retry.
 DEFAULT_BUDGET = Work(newton_iterations=None, line_search_halvings=100, contact_limited_steps=None,
