@@ -232,27 +232,27 @@ class ReferenceSimulator:
                 H = H + H_nodes
             return energy, grad, H.tocsc()
 
-        yf = self._newton(total, y_n.ravel(), h * v_n.ravel(), must_converge)
+        yf = self._newton(total, y_n.ravel(), h, v_n.ravel(), must_converge)
         y_new = yf.reshape(-1, 3)
         self.v = (y_new - y_n) / h
         self.y = y_new
 
-    def _newton(self, total, y0, inertial_step, must_converge):
+    def _newton(self, total, y0, h, v0, must_converge):
         """Minimise the incremental potential `total` by Newton with line search from the inertial
         guess, counting the work against the budget."""
         if self.self_contact is not None:
             self.self_contact.pairs_checked = 0
         work = self._work = SubstepWork(self.budget)
         try:
-            return self._newton_iterations(total, y0, inertial_step, must_converge, work)
+            return self._newton_iterations(total, y0, h, v0, must_converge, work)
         finally:
             self._work = None
             self.work_peak.raise_to(work)
             if self.work_log is not None:
                 self.work_log.append(work)
 
-    def _newton_iterations(self, total, y0, inertial_step, must_converge, work):
-        yf = y0 + self._allowed(y0, inertial_step) * inertial_step
+    def _newton_iterations(self, total, y0, h, v0, must_converge, work):
+        yf = y0 + self._allowed(y0, h * v0) * h * v0
         energy, grad, H = total(yf)
         if not np.isfinite(energy):             # the inertial guess inverts an element: start at rest
             yf = y0.copy()
