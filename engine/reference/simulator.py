@@ -343,8 +343,8 @@ class ReferenceSimulator:
 
     def _substeps(self, count, must_converge=False):
         """Advance the state by one frame in `count` substeps."""
-        h = self.h
-        self.h = self.setup.dt / count
+        substeps, h = self.substeps, self.h
+        self.substeps, self.h = count, self.setup.dt / count
         try:
             for k in range(count):
                 if self.lattice is not None:    # a state that starts inverted is first solved without the barrier
@@ -354,7 +354,7 @@ class ReferenceSimulator:
                 if self.on_substep is not None:
                     self.on_substep(self.frame + 1, (k + 1) / count)
         finally:
-            self.h = h
+            self.substeps, self.h = substeps, h
 
     def iter_frames(self):
         yield self.vertices()
