@@ -5,8 +5,8 @@ does not make the Newton solve fail; it makes it crawl: every iteration is cut s
 self-contact step limit, the line search halves many times, and the contact's candidate search
 grows with the distance a step would travel, so one frame took minutes. Each substep therefore
 gets a budget of work, counted (not timed, so a run is the same on any machine). The budget
-sits far above what ordinary scenes use (docs/RELIABILITY.md, "Work budget", has the
-measurements); a frame whose substep runs out of it is computed again with more substeps, and
+sits far above what ordinary scenes use (docs/RELIABILITY.md, "The reference simulator's work
+budget", has the measurements); a frame whose substep runs out of it is computed again with more substeps, and
 if it runs out again the run stops with `WorkBudgetExceeded`.
 """
 from __future__ import annotations
@@ -37,13 +37,13 @@ class Work:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-# Measured with tools/work_budget_scan.py (docs/RELIABILITY.md, "Work budget"), the most any substep
+# Measured with tools/work_budget_scan.py (docs/RELIABILITY.md, work budget), the most any substep
 # used: line-search halvings 26, contact cuts 80 and pair checks 1.7 million on the demo scenes, the
 # evaluation scenes and generated training sequences; contact cuts 200 and pair checks 12.4 million
 # on the jelly sweep's 100x pokes and squeezes (docs/PHYSICS.md (o)), which run as before. The
 # issue's case spends 60 million pair checks a substep. Newton iterations have their own cap (the
 # simulator's `newton_iterations`), which ends a substep unconverged and binds only in a retry.
-DEFAULT_BUDGET = Work(newton_iterations=None, line_search_halvings=100, contact_limited_steps=None,
+DEFAULT_BUDGET = Work(newton_iterations=None,   # None: not limited line_search_halvings=100, contact_limited_steps=None,
                       contact_cut_halvings=400, contact_pairs=20_000_000)
 
 DESCRIPTIONS = {
@@ -85,7 +85,8 @@ class SubstepWork(Work):
 
 
 def halvings(start: float, alpha: float) -> int:
-    """How many times a line search halved its step from `start` to reach `alpha` (0: gave up)."""
+    """How many times a line search halved its step from `start` to reach `alpha`; one that gave
+    up (alpha 0) halved down to 1e-12."""
     if alpha <= 0.0:
         return int(round(math.log2(start / 1e-12))) if start > 0 else 0
     return max(0, int(round(math.log2(start / alpha))))
