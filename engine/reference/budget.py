@@ -42,8 +42,9 @@ class Work:
 # evaluation scenes and generated training sequences; contact cuts 200 and pair checks 12.4 million
 # on the jelly sweep's 100x pokes and squeezes (docs/PHYSICS.md (o)), which run as before. The
 # issue's case spends 60 million pair checks a substep. Newton iterations have their own cap (the
-# simulator's `newton_iterations`), which ends a substep unconverged and binds only in a retry.
-DEFAULT_BUDGET = Work(newton_iterations=None,   # None: not limited line_search_halvings=100, contact_limited_steps=None,
+# simulator's `newton_iterations`), which ends a substep unconverged and binds only in a retry
+# (None: not limited here).
+DEFAULT_BUDGET = Work(newton_iterations=None, line_search_halvings=100, contact_limited_steps=None,
                       contact_cut_halvings=400, contact_pairs=20_000_000)
 
 DESCRIPTIONS = {
