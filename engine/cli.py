@@ -127,6 +127,7 @@ def cmd_simulate(args):
     if run.ood and run.ood.get("level") != "ok":
         print(f"warning: {run.ood['message']}", file=sys.stderr)
     bar = ProgressBar(setup.frames, f"simulate ({args.engine})")
+    run.on_substep = lambda frame, share: bar.update(done=frame + share)   # a slow frame moves the bar too
     try:
         positions = run.bake(progress=lambda done, total: bar.update(done=done))
     except SimulationFault as fault:

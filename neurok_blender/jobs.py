@@ -61,6 +61,7 @@ class Job:
         self.queue: queue.Queue = queue.Queue()
         self.total = total if total is not None else inputs.frames
         self.done = 0
+        self.within = 0.0  # share of the frame being computed (engines with slow frames report substeps)
         self.created = time.perf_counter()
         self.first_progress = None
         self.finished_at = None
@@ -84,6 +85,9 @@ class Job:
     def _progress(self, done: int, total: int) -> None:
         self._emit("progress", done, total)
 
+    def _substep(self, frame: int, share: float) -> None:
+        self._emit("substep", frame, share)
+
     def work(self) -> None:
         try:
             if self.task is not None:
@@ -94,6 +98,7 @@ class Job:
             self._emit("stage", "Preparing")
             engine = get_engine(self.inputs.engine, self.inputs.model, self.device)
             run = engine.prepare(self.inputs.setup)
+            run.on_substep = self._substep
             self._emit("ood", getattr(run, "ood", None))
             self._emit("stage", "Simulating")
             if self.stream:
@@ -143,9 +148,11 @@ class Job:
             count += 1
             kind = msg[0]
             if kind == "progress":
-                self.done, self.total = int(msg[1]), int(msg[2])
+                self.done, self.total, self.within = int(msg[1]), int(msg[2]), 0.0
                 if self.first_progress is None:
                     self.first_progress = (time.perf_counter(), self.done)
+            elif kind == "substep":
+                self.within = float(msg[2]) if int(msg[1]) == self.done else 0.0
             elif kind == "stage":
                 self.stage = msg[1]
             elif kind == "ood":
@@ -181,7 +188,7 @@ class Job:
         return rate * (self.total - self.done)
 
     def factor(self) -> float:
-        return 0.0 if self.total <= 0 else min(1.0, self.done / self.total)
+        return 0.0 if self.total <= 0 else min(1.0, (self.done + self.within) / self.total)
 
     def progress_text(self) -> str:
         if self.cancel.is_set() and not self.finished:
@@ -193,6 +200,8 @@ class Job:
             return f"{self.stage}…"
         else:
             text = f"Frame {self.done}/{self.total}"
+            if 0.0 < self.within < 1.0:  # a slow frame: its substeps show that it is working
+                text += f" · frame {self.done + 1} {100.0 * self.within:.0f}%"
         if eta is not None:
             text += f" · {format_seconds(eta)} left"
         return text

@@ -541,6 +541,28 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         job2.thread.join(60)
         job2.drain()
         assert job2.status == "cancelled", job2.status
+    with check("cancel_mid_frame_reference"):
+        # the reference engine's frames are slow: the status shows substeps within a frame, and a
+        # cancel from the UI thread stops the worker within a second, before the frame is done
+        inputs = bridge.gather(bpy.context, jelly)
+        inputs.engine = "reference"
+        job = jobs.Job("bake", inputs)
+        texts = []
+        job.start()
+        deadline = _time.time() + 120
+        while job.within == 0.0 and not job.finished and _time.time() < deadline:
+            job.drain()
+            _time.sleep(0.01)
+        texts.append(job.progress_text())
+        done, pressed = job.done, _time.time()
+        job.cancel.set()
+        job.thread.join(30)
+        took = _time.time() - pressed
+        job.drain()
+        assert job.status == "cancelled", (job.status, job.message)
+        assert took < 1.0 and job.done == done, (took, done, job.done)
+        assert f"frame {done + 1} " in texts[0] and "%" in texts[0], texts
+        record("cancel_mid_frame_reference", True, f"{texts[0]!r}; cancelled after {took * 1000:.0f} ms")
     with check("preview_restarts_on_change"):
         preview_mod = importlib.import_module(PKG + ".operators.preview")
         fp = preview_mod.fingerprint(bpy.context, flag)
@@ -935,7 +957,8 @@ if __name__ != "__main__":
     def test_user_data_survives(results, name):
         _assert(results, name)
 
-    @pytest.mark.parametrize("name", ["cancel_fresh_leaves_nothing", "cancel_rebake_keeps_old_bake"])
+    @pytest.mark.parametrize("name", ["cancel_fresh_leaves_nothing", "cancel_rebake_keeps_old_bake",
+                                      "cancel_mid_frame_reference"])
     def test_cancel(results, name):
         _assert(results, name)
 

@@ -34,7 +34,7 @@ class ProgressBar:
         frac = min(1.0, self.done / self.total)
         eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
         bar = "#" * int(frac * self.width) + "-" * (self.width - int(frac * self.width))
-        line = f"\r{self.desc} [{bar}] {self.done}/{self.total} {format_seconds(elapsed)}<{format_seconds(eta)} {self.postfix}"
+        line = f"\r{self.desc} [{bar}] {_count(self.done)}/{self.total} {format_seconds(elapsed)}<{format_seconds(eta)} {self.postfix}"
         self.stream.write(line[:160].ljust(100))
         self.stream.flush()
 
@@ -42,3 +42,8 @@ class ProgressBar:
         self._draw(time.perf_counter())
         self.stream.write("\n")
         self.stream.flush()
+
+
+def _count(done) -> str:
+    """Whole units as they are; a share of one (substeps within a frame) with one decimal."""
+    return f"{done:.1f}" if done != int(done) else str(int(done))

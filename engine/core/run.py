@@ -38,6 +38,10 @@ class Run:
         self.check_plausibility = True
         self._guard: Guard | None = None
         self.guard_retries = 0          # frames the guard rejected and the engine recomputed successfully
+        # set by the caller, read by engines whose frames can be slow (the reference): called with
+        # (frame being computed, share of it done) within a frame; `cancel` is checked inside it too
+        self.on_substep = None
+        self.cancel = None
 
     @property
     def guard(self) -> Guard | None:
@@ -60,6 +64,7 @@ class Run:
     retry_window = 1     # how many frames back `_retry_frame` can go (1: only the frame just yielded)
 
     def frames(self, cancel=None):
+        self.cancel = cancel
         guard = self.guard
         held = []                       # (t, x) computed but not yet released
         every = max(1, int(self.retry_window))

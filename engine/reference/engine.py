@@ -19,10 +19,15 @@ class ReferenceRun(Run):
 
     def _iter_frames(self):
         sim = self.sim
+        sim.cancel, sim.on_substep = self.cancel, self._substep_done
         yield sim.vertices()
         for _ in range(self.setup.frames - 1):
             self._before = (sim.y.copy(), sim.v.copy(), sim.frame)
             yield sim.step_frame()
+
+    def _substep_done(self, frame, share):
+        if self.on_substep is not None:
+            self.on_substep(frame, share)
 
     def _retry_frame(self, t, factor):
         """Frame t again from the state before it, with `factor` times the substeps."""

@@ -36,6 +36,7 @@ from scipy.spatial import cKDTree
 D_HAT = 0.25            # contact band, in half-cell sizes
 EXCLUDE = 0.9           # pairs nearer than this many half-cell sizes at rest are never checked
 KEEP = 0.5              # a step closes at most this share of a pair's gap (or of d_hat)
+CHUNK = 200_000         # pairs measured at a time, so that a cancel is seen within a fraction of a second
 
 
 def barrier(d, d_hat, kappa):
@@ -141,7 +142,10 @@ class LatticeSelfContact:
         self.exclude = EXCLUDE * h
         self.kappa = float(young) * h * h / self.d_hat
         self._along = None              # (y, step, pairs): the pairs that can meet along a step
+        self.pairs_checked = 0          # work done: pairs whose distance was measured (budget.py)
+        self.between_chunks = None      # called between chunks of pairs (the simulator checks for a cancel)
         self.excluded = self._excluded_keys()
+        self.pairs_checked = 0
 
     def _pairs_near(self, y):
         """Pairs that may be within d_hat of each other at y: those found for the last step
@@ -200,18 +204,18 @@ class LatticeSelfContact:
         ee = ee[~_member(ee @ [len(self.edges), 1], self.excluded[1])]
         return self._pair_nodes(pt, ee)
 
-    @staticmethod
-    def distance(y, nodes, is_pt):
+    def distance(self, y, nodes, is_pt):
         """Distance [K] of each pair at y, and the weights [K,4] of its nodes whose sum is the
         vector between its closest points."""
-        d = np.empty(len(nodes))
-        w = np.empty((len(nodes), 4))
-        x = y[nodes]
-        if is_pt.any():
-            d[is_pt], w[is_pt] = point_triangle(*(x[is_pt, k] for k in range(4)))
-        if (~is_pt).any():
-            d[~is_pt], w[~is_pt] = edge_edge(*(x[~is_pt, k] for k in range(4)))
-        return d, w
+        self.pairs_checked += len(nodes)
+        if len(nodes) <= CHUNK:
+            return _distance(y, nodes, is_pt)
+        parts = []
+        for k in range(0, len(nodes), CHUNK):
+            if self.between_chunks is not None:
+                self.between_chunks()
+            parts.append(_distance(y, nodes[k:k + CHUNK], is_pt[k:k + CHUNK]))
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def terms(self, y, need_hess=True):
         """Energy, gradient on the nodes [3n] and PSD Hessian (sparse, or None)."""
@@ -269,3 +273,14 @@ def _member(keys, sorted_keys):
         return np.zeros(len(keys), bool)
     at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
     return sorted_keys[at] == keys
+
+
+def _distance(y, nodes, is_pt):
+    d = np.empty(len(nodes))
+    w = np.empty((len(nodes), 4))
+    x = y[nodes]
+    if is_pt.any():
+        d[is_pt], w[is_pt] = point_triangle(*(x[is_pt, k] for k in range(4)))
+    if (~is_pt).any():
+        d[~is_pt], w[~is_pt] = edge_edge(*(x[~is_pt, k] for k in range(4)))
+    return d, w

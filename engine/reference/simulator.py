@@ -23,10 +23,12 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from ..core.errors import SimulationFault
+from ..core.errors import Cancelled, SimulationFault
 from ..core.geometry import lumped_vertex_areas
 from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2
 from ..core.scene import Setup
+from .budget import (BUDGET_RETRY_FACTOR, DEFAULT_BUDGET, OutOfWork, SubstepWork, Work, WorkBudgetExceeded, halvings,
+                     setup_load)
 from .cloth import ClothModel
 from .interactions import collider_terms, external_accel
 from .lattice import DEFAULT_LATTICE_CELLS, Lattice
@@ -54,12 +56,21 @@ def line_search(total, x, energy, slope, step, alpha=1.0):
 
 
 class ReferenceSimulator:
-    """Steps a `Setup` frame by frame. `iter_frames()` yields vertex positions [N,3]."""
+    """Steps a `Setup` frame by frame. `iter_frames()` yields vertex positions [N,3].
+
+    `budget` is the work one substep may do (budget.py; None: no limit); `cancel` (a
+    `threading.Event`) is checked at every energy evaluation and `on_substep(frame, fraction)` is
+    called after every substep, so a slow frame shows progress and stops within a second."""
 
     def __init__(self, setup: Setup, lattice_cells: int = DEFAULT_LATTICE_CELLS, substep: float = DEFAULT_SUBSTEP,
                  newton_iterations: int = 20, tolerance: float = 1e-5, order: int = DEFAULT_ORDER,
-                 self_contact: bool = True):
+                 self_contact: bool = True, budget: Work | None = DEFAULT_BUDGET):
         self.setup = setup
+        self.budget = budget
+        self.work_peak = Work()         # the most work any substep has done so far
+        self.work_log = None            # a list to get every substep's `Work` (tools/work_budget_scan.py)
+        self.cancel = None
+        self.on_substep = None
         mat = setup.material
         rest = np.asarray(setup.rest, dtype=np.float64)
         n = len(rest)
@@ -84,6 +95,9 @@ class ReferenceSimulator:
             self.dof_mass = mat["density"] * lat.node_volume
         self.self_contact = (LatticeSelfContact(self.lattice, mat["stiffness"])
                              if self.lattice is not None and self_contact else None)
+        self._work = None               # the running substep's count
+        if self.self_contact is not None:
+            self.self_contact.between_chunks = self._between_chunks
         self.vertex_mass = self._vertex_masses(setup)
         self.W3 = sp.kron(self.W, sp.identity(3), format="csr")
         self.M3 = np.repeat(self.dof_mass, 3)
@@ -159,9 +173,10 @@ class ReferenceSimulator:
             H = sp.diags(diag)
         return energy, g.ravel(), H
 
-    def _step(self, frame, end=1.0):
+    def _step(self, frame, end=1.0, must_converge=False):
         """One substep from state (y, v); it ends at fractional frame `frame + end` (where a moving
-        collider is felt)."""
+        collider is felt). Newton stops after `newton_iterations` even if it has not converged (a
+        few substeps of ordinary scenes do), unless `must_converge` (then that runs out of work)."""
         h = self.h
         y_n, v_n = self.y, self.v
         x_prev = np.asarray(self.W @ y_n)
@@ -176,6 +191,7 @@ class ReferenceSimulator:
         t_start = t_end - 1.0 / self.substeps
 
         def total(yf, need_hess=True):
+            self._check_cancel()
             y = yf.reshape(-1, 3)
             x = np.asarray(self.W @ y)
             e_el, g_el, H_el = self.elastic.energy_grad_hess(y, need_hess)
@@ -216,33 +232,77 @@ class ReferenceSimulator:
                 H = H + H_nodes
             return energy, grad, H.tocsc()
 
-        yf = y_n.ravel() + self._allowed(y_n.ravel(), h * v_n.ravel()) * h * v_n.ravel()
-        energy, grad, H = total(yf)
-        if not np.isfinite(energy):             # the inertial guess inverts an element: start at rest
-            yf = y_n.ravel().copy()
-            energy, grad, H = total(yf)
-        for _ in range(self.newton_iterations):
-            step = -self._solve(H, grad)
-            allowed = self._allowed(yf, step)
-            alpha = line_search(total, yf, energy, float(np.dot(grad, step)), step, allowed)
-            yf = yf + alpha * step
-            if allowed == 1.0 and np.max(np.abs(alpha * step)) < self.tolerance * self.diagonal:
-                break
-            energy, grad, H = total(yf)
+        yf = self._newton(total, y_n.ravel(), h, v_n.ravel(), must_converge)
         y_new = yf.reshape(-1, 3)
         self.v = (y_new - y_n) / h
         self.y = y_new
+
+    def _newton(self, total, y0, h, v0, must_converge):
+        """Minimise the incremental potential `total` by Newton with line search from the inertial
+        guess, counting the work against the budget."""
+        if self.self_contact is not None:
+            self.self_contact.pairs_checked = 0
+        work = self._work = SubstepWork(self.budget)
+        try:
+            return self._newton_iterations(total, y0, h, v0, must_converge, work)
+        finally:
+            self._work = None
+            self.work_peak.raise_to(work)
+            if self.work_log is not None:
+                self.work_log.append(work)
+
+    def _newton_iterations(self, total, y0, h, v0, must_converge, work):
+        yf = y0 + self._allowed(y0, h * v0) * h * v0
+        energy, grad, H = total(yf)
+        if not np.isfinite(energy):             # the inertial guess inverts an element: start at rest
+            yf = y0.copy()
+            energy, grad, H = total(yf)
+        for _ in range(self.newton_iterations):
+            work.spend("newton_iterations")
+            step = -self._solve(H, grad)
+            allowed = self._allowed(yf, step, work)
+            alpha = line_search(total, yf, energy, float(np.dot(grad, step)), step, allowed)
+            work.spend("line_search_halvings", halvings(allowed, alpha))
+            self._spend_pair_checks(work)
+            yf = yf + alpha * step
+            if allowed == 1.0 and np.max(np.abs(alpha * step)) < self.tolerance * self.diagonal:
+                return yf
+            energy, grad, H = total(yf)
+        if must_converge:
+            raise OutOfWork("newton_iterations", self.newton_iterations, self.newton_iterations)
+        return yf
 
     def _contact_on(self):
         """Self-contact holds while every element is upright: a state that starts inverted has its
         surface inside out, and must pass through itself to come right (the barrier is off then too)."""
         return self.self_contact is not None and self.elastic.barrier
 
-    def _allowed(self, yf, step):
+    def _allowed(self, yf, step, work=None):
         """Share of a step that self-contact allows (1 without it)."""
         if not self._contact_on():
             return 1.0
-        return self.self_contact.safe_fraction(yf.reshape(-1, 3), step)
+        allowed = self.self_contact.safe_fraction(yf.reshape(-1, 3), step)
+        if work is not None:
+            self._spend_pair_checks(work)
+            if allowed < 1.0:
+                work.spend("contact_limited_steps")
+                work.spend("contact_cut_halvings", halvings(1.0, allowed))
+        return allowed
+
+    def _spend_pair_checks(self, work):
+        if self.self_contact is not None:
+            work.spend("contact_pairs", self.self_contact.pairs_checked)
+            self.self_contact.pairs_checked = 0
+
+    def _between_chunks(self):
+        """A long contact search: stop it when cancelled or out of work."""
+        self._check_cancel()
+        if self._work is not None:
+            self._spend_pair_checks(self._work)
+
+    def _check_cancel(self):
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled(f"cancelled during frame {self.frame + 1}")
 
     def _solve(self, H, rhs):
         """Jacobi-preconditioned conjugate gradients; H is SPD and dominated by M/h^2, so it
@@ -261,16 +321,40 @@ class ReferenceSimulator:
         return np.asarray(self.W @ self.y)
 
     def step_frame(self):
-        for k in range(self.substeps):
-            if self.lattice is not None:        # a state that starts inverted is first solved without the barrier
-                                                # (and without self-contact)
-                self.elastic.barrier = self.elastic.all_upright(self.y)
-            self._step(self.frame, (k + 1) / self.substeps)
+        """The next frame; a frame whose substep runs out of work is computed again with
+        BUDGET_RETRY_FACTOR times the substeps, where Newton must also converge in each; if it
+        runs out again the run stops."""
+        before = (self.y.copy(), self.v.copy())
+        try:
+            self._substeps(self.substeps)
+        except OutOfWork as first:
+            self.y, self.v = before[0].copy(), before[1].copy()
+            try:
+                self._substeps(self.substeps * BUDGET_RETRY_FACTOR, must_converge=True)
+            except OutOfWork as again:
+                self.y, self.v = before
+                raise WorkBudgetExceeded(self.frame + 1, first, again, setup_load(self.setup, self.diagonal),
+                                         self.setup.material["kind"]) from None
         self.frame += 1
         x = self.vertices()
         if not np.all(np.isfinite(x)):
             raise SimulationFault(f"the reference simulation produced NaN at frame {self.frame}", self.frame, None)
         return x
+
+    def _substeps(self, count, must_converge=False):
+        """Advance the state by one frame in `count` substeps."""
+        substeps, h = self.substeps, self.h
+        self.substeps, self.h = count, self.setup.dt / count
+        try:
+            for k in range(count):
+                if self.lattice is not None:    # a state that starts inverted is first solved without the barrier
+                                                # (and without self-contact)
+                    self.elastic.barrier = self.elastic.all_upright(self.y)
+                self._step(self.frame, (k + 1) / count, must_converge)
+                if self.on_substep is not None:
+                    self.on_substep(self.frame + 1, (k + 1) / count)
+        finally:
+            self.substeps, self.h = substeps, h
 
     def iter_frames(self):
         yield self.vertices()

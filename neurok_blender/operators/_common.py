@@ -13,6 +13,7 @@ def report_warnings(op, warnings) -> None:
 
 
 ADVICE = "try more damping, a stiffer material or the Reference engine"
+ADVICE_REFERENCE = "try weaker forces or a stiffer material"  # the reference itself stopped (guard or work budget)
 
 
 def good_frames(job) -> int:
@@ -33,7 +34,8 @@ def fault_sentence(job, kept: int | None = None, preview: bool = False) -> str:
     else:
         n = good_frames(job)
         tail = "nothing was written" + (f" (turn on Keep Frames Before a Stop to keep the {n} good frames)" if n > 1 else "")
-    return f"NeuROK stopped{where}: {what}; {tail}; {ADVICE}."
+    advice = ADVICE_REFERENCE if getattr(job.inputs, "engine", None) == "reference" else ADVICE
+    return f"NeuROK stopped{where}: {what}; {tail}; {advice}."
 
 
 class JobOperator:
