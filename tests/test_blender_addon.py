@@ -544,7 +544,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
     with check("cancel_mid_frame_reference"):
         # the reference engine's frames are slow: the status shows substeps within a frame, and a
         # cancel from the UI thread stops the worker within a second, before the frame is done
-        inputs = bridge.gather(bpy.context, jelly)
+        inputs = gather.gather(bpy.context, jelly)
         inputs.engine = "reference"
         job = jobs.Job("bake", inputs)
         texts = []
