@@ -1,8 +1,11 @@
-"""docs/EVALUATION.md from the suite's results: the prose lives in `report_template.md`
-(string.Template placeholders); this module only turns numbers into tables, links and the
-data-driven list of findings, and fills the template."""
+"""docs/EVALUATION.md from the suite's results: the prose lives in `report_template.md`, the page
+(string.Template placeholders) and below it the named fragments, the sentences chosen by the
+results (findings, notes, section intros); this module only computes values and tables, picks
+the fragments and fills them in."""
 from __future__ import annotations
 
+import re
+from functools import lru_cache
 from pathlib import Path
 from string import Template
 
@@ -55,123 +58,193 @@ def _table(header, rows):
     return "\n".join(out)
 
 
+# =========================================================================== template and fragments
+
+FRAGMENTS_MARK = "\n\n<!-- fragments:"
+_FRAGMENT = re.compile(r"^<!-- fragment (\w+) -->$", re.M)
+
+
+@lru_cache(maxsize=1)
+def _template():
+    """The page (string.Template) and the named fragments, each fragment's lines joined into one."""
+    page, _, rest = TEMPLATE.read_text(encoding="utf-8").partition(FRAGMENTS_MARK)
+    pieces = _FRAGMENT.split(rest)[1:]
+    fragments = {name: " ".join(line.strip() for line in body.strip().splitlines())
+                 for name, body in zip(pieces[::2], pieces[1::2])}
+    return page + "\n", fragments
+
+
+def say(fragment, /, **values) -> str:
+    """The template's fragment named `fragment` with its placeholders filled."""
+    return Template(_template()[1][fragment]).substitute(values)
+
+
 # =========================================================================== findings
 
-def findings(scenes, beam, stress, result) -> list[str]:
-    """Plain sentences on where the model falls short, each backed by a number in the tables."""
+def _volume_part(m, ref, o):
+    vm, vr = m.get("volume_ratio_min"), ref.get("volume_ratio_min")
+    if vm is None or vr is None or not (vm < 0 or vm < vr - TARGETS["volume_below_reference"]):
+        return None
+    return say("find_inside_out" if vm < 0 else "find_volume_loss", model=_ratio(vm), reference=f"{vr:.2f}",
+               oracle=_ratio(o.get("volume_ratio_min")))
+
+
+def _strain_part(m, ref, o):
+    sm, sr = m.get("strain_mean") or 0.0, ref.get("strain_mean") or 0.0
+    if sm > TARGETS["strain_mean"] and sm > TARGETS["strain_vs_reference"] * sr:
+        return say("find_strain", mean=_pct(sm), max=_pct(m.get("strain_max"), 0), reference=_pct(sr),
+                   oracle=_pct(o.get("strain_mean")))
+    return None
+
+
+def _shape_parts(r, m, ref):
+    t, parts = TARGETS, []
+    if r["kind"] == "solid" and (m.get("flipped_max") or 0) > t["solid_flipped"] \
+            and (ref.get("flipped_max") or 0) < t["reference_flipped"]:
+        parts.append(say("find_flipped", share=_pct(m["flipped_max"], 0)))
+    gm, gr = m.get("growth_max"), ref.get("growth_max")
+    if gm is not None and gr is not None and gm > t["growth_vs_reference"] * gr:
+        parts.append(say("find_swells", model=f"{gm:.1f}", reference=f"{gr:.2f}"))
+    return parts
+
+
+def _amplitude_part(amp):
+    within = TARGETS["amplitude_within"]
+    if amp is None:
+        return None
+    if amp < TARGETS["amplitude_barely"]:
+        return say("find_barely_moves", amplitude=f"{amp:.2f}")
+    if amp < 1 - within:
+        return say("find_moves_less", amplitude=f"{amp:.2f}", within=f"{within:.0%}")
+    if amp > 1 + within:
+        return say("find_moves_more", amplitude=f"{amp:.2f}", within=f"{within:.0%}")
+    return None
+
+
+def _stability_part(r):
+    if not r["neurok"].get("unstable"):
+        return None
+    why, frame = r.get("model_error") or "", r["neurok"].get("unstable_frame")
+    if why.startswith("implausible"):
+        return say("find_guard_stopped", frame=frame, why=why.split(":", 1)[-1].strip()[:120])
+    return say("find_rollout_failed", frame=frame)
+
+
+def _distance_part(r):
     t = TARGETS
-    out = []
-    for r in scenes.get("scenes", []):
-        if "neurok" not in r:
-            continue
-        m, ref, o = r["neurok"]["plausibility"], r["reference"]["plausibility"], r["oracle"]["plausibility"]
-        parts = []
-        vm, vr = m.get("volume_ratio_min"), ref.get("volume_ratio_min")
-        if vm is not None and vr is not None and (vm < 0 or vm < vr - t["volume_below_reference"]):
-            what = "turns inside out" if vm < 0 else "loses more volume than the reference"
-            parts.append(f"its closed surface {what} (volume/rest down to {_ratio(vm)}; reference {vr:.2f}, oracle "
-                         f"{_ratio(o.get('volume_ratio_min'))})")
-        sm, sr = m.get("strain_mean") or 0.0, ref.get("strain_mean") or 0.0
-        if sm > t["strain_mean"] and sm > t["strain_vs_reference"] * sr:
-            parts.append(f"edges stretch {_pct(sm)} on average and up to {_pct(m.get('strain_max'), 0)} "
-                         f"(reference {_pct(sr)}, oracle {_pct(o.get('strain_mean'))})")
-        if r["kind"] == "solid" and (m.get("flipped_max") or 0) > t["solid_flipped"] \
-                and (ref.get("flipped_max") or 0) < t["reference_flipped"]:
-            parts.append(f"up to {_pct(m['flipped_max'], 0)} of its triangles flip")
-        gm, gr = m.get("growth_max"), ref.get("growth_max")
-        if gm is not None and gr is not None and gm > t["growth_vs_reference"] * gr:
-            parts.append(f"it swells to {gm:.1f}x its rest size in its own frame (reference {gr:.2f}x)")
-        amp = r["neurok"].get("amplitude_ratio")
-        within = t["amplitude_within"]
-        if amp is not None and amp < t["amplitude_barely"]:
-            parts.append(f"it barely moves ({amp:.2f} of the reference's motion amplitude)")
-        elif amp is not None and amp < 1 - within:
-            parts.append(f"it moves less than the reference ({amp:.2f} of its motion amplitude; target within {within:.0%})")
-        elif amp is not None and amp > 1 + within:
-            parts.append(f"it moves {amp:.2f}x as much as the reference (target within {within:.0%})")
-        if r["neurok"].get("unstable"):
-            why = r.get("model_error") or ""
-            if why.startswith("implausible"):
-                parts.append(f"the plausibility guard stopped the run at frame {r['neurok'].get('unstable_frame')} "
-                             f"({why.split(':', 1)[-1].strip()[:120]}); later frames are held at the last good one")
-            else:
-                parts.append(f"the rollout failed at frame {r['neurok'].get('unstable_frame')}")
-        e_m, e_o, e_h = r["neurok"]["horizons"]["all"], r["oracle"]["horizons"]["all"], r["hold_still"]["horizons"]["all"]
-        if e_m is not None and e_h and e_m >= e_h:
-            parts.append(f"it is no closer to the reference than holding still (rel_l2 {e_m:.3f} vs {e_h:.3f}; oracle {e_o:.3f})")
-        elif e_m is not None and e_o and e_m > t["oracle_factor"] * e_o:
-            parts.append(f"its distance to the reference is {e_m / e_o:.1f}x the oracle's ({e_m:.3f} vs {e_o:.3f}): "
-                         "the learned dynamics, not the subspace size, lose it")
-        elif e_m is not None and e_h and e_m > t["hold_still_factor"] * e_h:   # over the whole rollout
-            who = ("the oracle is as far, " if e_o is not None and e_o > 0.8 * e_m else "oracle ") + f"{_ratio(e_o and e_o / e_h)}x"
-            parts.append(f"its path departs from the reference's: rel_l2 {e_m:.3f} = {e_m / e_h:.2f}x hold-still "
-                         f"(target {t['hold_still_factor']:g}x; {who}; see its contact sheet)")
-        fm, fr = m.get("flipped_max"), ref.get("flipped_max")
-        if r["kind"] == "cloth" and fm is not None and fr is not None and fr > t["cloth_reference_folds"] \
-                and fm < t["cloth_fold_share"] * fr:
-            parts.append(f"it does not fold like the reference (folded-over triangles {_pct(fm, 0)} vs {_pct(fr, 0)}): "
-                         "the sheet curls as one smooth surface")
-        if parts:
-            out.append(f"**{r['name']}** ({r['title']}): " + "; ".join(parts) + ".")
-    if beam and beam.get("relative_errors", {}).get("neurok"):
-        q, e = beam["quantities"], beam["relative_errors"]["neurok"]
-        bits = []
-        for key, label, unit, scale in (("sag", "static sag", "mm", 1000), ("frequency", "first frequency", "Hz", 1),
-                                        ("damping_ratio", "damping ratio", "", 1)):
-            if e.get(key) is not None and e[key] > t["beam_error"]:
-                bits.append(f"{label} off by {_pct(e[key], 0)} ({fmt(q['neurok'].get(key) and q['neurok'][key] * scale, 3)} vs "
-                            f"reference {fmt(q['reference'].get(key) and q['reference'][key] * scale, 3)} {unit}".rstrip() + ")")
-        if bits:
-            out.append("**Pinned beam**: " + "; ".join(bits) + f" (oracle: sag {_pct(beam['relative_errors']['oracle'].get('sag'), 0)}, "
-                       f"frequency {_pct(beam['relative_errors']['oracle'].get('frequency'), 0)} off).")
-    longs = [r for r in stress.get("rows", []) if r.get("group") == "long"]
-    for r in longs:
-        p = r.get("plausibility") or {}
-        bad = []
-        if r.get("unstable") or r.get("nan"):
-            bad.append("unstable")
-        if p.get("volume_ratio_min") is not None and p["volume_ratio_min"] < t["long_volume"]:
-            bad.append(f"volume/rest down to {p['volume_ratio_min']:.2f}")
-        if (p.get("strain_mean") or 0) > t["long_strain"]:
-            bad.append(f"mean edge strain {_pct(p['strain_mean'])}")
-        if bad:
-            out.append(f"**{r['name']}** ({r['frames']} frames): " + ", ".join(bad) + ".")
-    unstable = [r["name"] for r in stress.get("rows", []) if r.get("group") != "long" and (r.get("unstable") or r.get("nan"))]
-    if unstable:
-        out.append(f"**Stress**: unstable in {', '.join(unstable)} (see the stress table).")
-    collapsed = [f"{r['name']} ({r['reference']['plausibility']['volume_ratio_min']:.2f})" for r in scenes.get("scenes", [])
-                 if "reference" in r and (r["reference"]["plausibility"].get("volume_ratio_min") or 1.0) < t["truth_volume"]]
-    worst_ref = result.get("reference", {}).get("all", {}).get("plausibility_worst", {}).get("volume_ratio_min")
-    truth_collapsed = worst_ref is not None and worst_ref < t["truth_volume"]
-    if collapsed or truth_collapsed:
-        where = ", ".join(collapsed + ([f"the procedural set (worst {worst_ref:.2f})"] if truth_collapsed else []))
-        out.append(f"**The ground truth itself** loses more than half its volume in {where}: the reference simulator's "
-                   "elasticity collapses under strong compression, so distances there are measured against an implausible "
-                   "truth; the model's plausibility columns still say what a viewer sees.")
+    e_m, e_o, e_h = r["neurok"]["horizons"]["all"], r["oracle"]["horizons"]["all"], r["hold_still"]["horizons"]["all"]
+    if e_m is None:
+        return None
+    if e_h and e_m >= e_h:
+        return say("find_no_closer", model=f"{e_m:.3f}", hold=f"{e_h:.3f}", oracle=f"{e_o:.3f}")
+    if e_o and e_m > t["oracle_factor"] * e_o:
+        return say("find_vs_oracle", factor=f"{e_m / e_o:.1f}", model=f"{e_m:.3f}", oracle=f"{e_o:.3f}")
+    if e_h and e_m > t["hold_still_factor"] * e_h:   # over the whole rollout
+        as_far = e_o is not None and e_o > 0.8 * e_m
+        oracle = say("oracle_as_far" if as_far else "oracle_factor", factor=_ratio(e_o and e_o / e_h))
+        return say("find_departs", model=f"{e_m:.3f}", factor=f"{e_m / e_h:.2f}", target=f"{t['hold_still_factor']:g}",
+                   oracle=oracle)
+    return None
+
+
+def _fold_part(r, m, ref):
+    fm, fr = m.get("flipped_max"), ref.get("flipped_max")
+    if r["kind"] == "cloth" and fm is not None and fr is not None and fr > TARGETS["cloth_reference_folds"] \
+            and fm < TARGETS["cloth_fold_share"] * fr:
+        return say("find_no_fold", model=_pct(fm, 0), reference=_pct(fr, 0))
+    return None
+
+
+def _scene_finding(r):
+    m, ref, o = r["neurok"]["plausibility"], r["reference"]["plausibility"], r["oracle"]["plausibility"]
+    parts = [_volume_part(m, ref, o), _strain_part(m, ref, o), *_shape_parts(r, m, ref),
+             _amplitude_part(r["neurok"].get("amplitude_ratio")), _stability_part(r), _distance_part(r),
+             _fold_part(r, m, ref)]
+    parts = [p for p in parts if p]
+    return say("find_scene", name=r["name"], title=r["title"], parts="; ".join(parts)) if parts else None
+
+
+def _beam_finding(beam):
+    if not (beam and beam.get("relative_errors", {}).get("neurok")):
+        return None
+    q, e = beam["quantities"], beam["relative_errors"]["neurok"]
+    bits = [say(f"beam_{key}", error=_pct(e[key], 0), model=fmt(q["neurok"].get(key) and q["neurok"][key] * scale, 3),
+                reference=fmt(q["reference"].get(key) and q["reference"][key] * scale, 3))
+            for key, scale in (("sag", 1000), ("frequency", 1), ("damping_ratio", 1))
+            if e.get(key) is not None and e[key] > TARGETS["beam_error"]]
+    oracle = beam["relative_errors"]["oracle"]
+    return say("find_beam", parts="; ".join(bits), sag=_pct(oracle.get("sag"), 0),
+               frequency=_pct(oracle.get("frequency"), 0)) if bits else None
+
+
+def _long_finding(r):
+    p = r.get("plausibility") or {}
+    bad = [say("long_unstable")] if r.get("unstable") or r.get("nan") else []
+    if p.get("volume_ratio_min") is not None and p["volume_ratio_min"] < TARGETS["long_volume"]:
+        bad.append(say("long_volume", volume=f"{p['volume_ratio_min']:.2f}"))
+    if (p.get("strain_mean") or 0) > TARGETS["long_strain"]:
+        bad.append(say("long_strain", strain=_pct(p["strain_mean"])))
+    return say("find_long", name=r["name"], frames=r["frames"], parts=", ".join(bad)) if bad else None
+
+
+def _stress_findings(stress):
+    rows = stress.get("rows", [])
+    out = [_long_finding(r) for r in rows if r.get("group") == "long"]
+    unstable = [r["name"] for r in rows if r.get("group") != "long" and (r.get("unstable") or r.get("nan"))]
+    return out + ([say("find_stress", names=", ".join(unstable))] if unstable else [])
+
+
+def _truth_finding(scenes, result):
+    limit = TARGETS["truth_volume"]
+    where = [f"{r['name']} ({r['reference']['plausibility']['volume_ratio_min']:.2f})" for r in scenes.get("scenes", [])
+             if "reference" in r and (r["reference"]["plausibility"].get("volume_ratio_min") or 1.0) < limit]
+    worst = result.get("reference", {}).get("all", {}).get("plausibility_worst", {}).get("volume_ratio_min")
+    if worst is not None and worst < limit:
+        where.append(say("truth_procedural", volume=f"{worst:.2f}"))
+    return say("find_truth_collapsed", where=", ".join(where)) if where else None
+
+
+def _procedural_finding(result):
     allb = result.get("splits", {}).get("all", {})
     orc = result.get("baselines", {}).get("oracle", {}).get("all", {})
     hold = result.get("baselines", {}).get("hold_still", {}).get("all", {})
-    if allb and orc and hold:
-        m, o, h = allb["rel_l2"]["mean"], orc["rel_l2"]["mean"], hold["rel_l2"]["mean"]
-        if m is not None and o is not None and h:
-            out.append(f"**Procedural evaluation set**: rel_l2 rollout mean {m:.3f} = {m / h:.2f}x hold-still; the oracle "
-                       f"reaches {o:.3f} = {o / h:.2f}x. Model strain {_pct(allb['plausibility'].get('strain_mean'))} vs "
-                       f"reference {_pct(result['reference']['all']['plausibility'].get('strain_mean'))}, worst volume/rest "
-                       f"{_ratio(allb['plausibility_worst'].get('volume_ratio_min'))} vs "
-                       f"{_ratio(result['reference']['all']['plausibility_worst'].get('volume_ratio_min'))}.")
+    if not (allb and orc and hold):
+        return None
+    m, o, h = allb["rel_l2"]["mean"], orc["rel_l2"]["mean"], hold["rel_l2"]["mean"]
+    if m is None or o is None or not h:
+        return None
+    ref = result["reference"]["all"]
+    return say("find_procedural", model=f"{m:.3f}", model_factor=f"{m / h:.2f}", oracle=f"{o:.3f}",
+               oracle_factor=f"{o / h:.2f}", strain=_pct(allb["plausibility"].get("strain_mean")),
+               strain_reference=_pct(ref["plausibility"].get("strain_mean")),
+               volume=_ratio(allb["plausibility_worst"].get("volume_ratio_min")),
+               volume_reference=_ratio(ref["plausibility_worst"].get("volume_ratio_min")))
+
+
+def _energy_finding(result):
     ed = result.get("energy_drift_detail") or {}
     mid = (ed.get("max") or {}).get("implicit_midpoint")
-    if ed.get("max") and (mid is None or not mid < t["energy_drift"]):
-        per = ", ".join(f"{mesh} {_drift(v.get('implicit_midpoint', {}).get('max'))}" for mesh, v in ed.get("per_mesh", {}).items())
-        out.append(f"**Energy drift**: the implicit midpoint option does not conserve energy to {t['energy_drift']:.0%} over {ed.get('steps')} "
-                   f"undamped steps (worst |E(t) - E(0)|/E(0) per mesh: {per}; backward Euler "
-                   f"{_drift(ed['max'].get('backward_euler'))}, dissipative by design).")
-    mlp = result.get("baselines", {}).get("latent_mlp", {}).get("all", {})
-    if allb and mlp and mlp.get("rel_l2", {}).get("mean") is not None and allb["rel_l2"]["mean"] is not None \
-            and mlp["rel_l2"]["mean"] < allb["rel_l2"]["mean"]:
-        out.append(f"**Latent-MLP baseline**: the non-Lagrangian stepper in the same subspace is closer to the ground truth "
-                   f"on the procedural set (rel_l2 mean {mlp['rel_l2']['mean']:.3f} vs the model's {allb['rel_l2']['mean']:.3f}).")
-    return out or [no_shortfall_sentence()]
+    if not ed.get("max") or (mid is not None and mid < TARGETS["energy_drift"]):
+        return None
+    per = ", ".join(f"{mesh} {_drift(v.get('implicit_midpoint', {}).get('max'))}" for mesh, v in ed.get("per_mesh", {}).items())
+    return say("find_energy", target=f"{TARGETS['energy_drift']:.0%}", steps=ed.get("steps"), per_mesh=per,
+               backward_euler=_drift(ed["max"].get("backward_euler")))
+
+
+def _mlp_finding(result):
+    model = result.get("splits", {}).get("all", {}).get("rel_l2", {}).get("mean")
+    mlp = result.get("baselines", {}).get("latent_mlp", {}).get("all", {}).get("rel_l2", {}).get("mean")
+    if model is None or mlp is None or not mlp < model:
+        return None
+    return say("find_latent_mlp", mlp=f"{mlp:.3f}", model=f"{model:.3f}")
+
+
+def findings(scenes, beam, stress, result) -> list[str]:
+    """Plain sentences on where the model falls short, each backed by a number in the tables."""
+    out = [_scene_finding(r) for r in scenes.get("scenes", []) if "neurok" in r]
+    out += [_beam_finding(beam), *_stress_findings(stress), _truth_finding(scenes, result),
+            _procedural_finding(result), _energy_finding(result), _mlp_finding(result)]
+    return [f for f in out if f] or [no_shortfall_sentence()]
 
 
 # =========================================================================== tables
@@ -203,12 +276,12 @@ def sheets_section(scenes, docs) -> str:
             continue
         out.append(f"**{r['name']}** — {r['title']}: [GIF]({_fig_link(r['gif'], docs)})\n\n"
                    f"![{r['name']}: reference | model | oracle]({_fig_link(r['sheet'], docs)})")
-    return "\n\n".join(out) or "No scene was rendered."
+    return "\n\n".join(out) or say("no_sheets")
 
 
 def beam_table(beam) -> str:
     if not beam:
-        return "Not run."
+        return say("not_run")
     q, e = beam["quantities"], beam["relative_errors"]
     header = ["engine", "static sag (mm)", "frequency, FFT (Hz)", "frequency, fit (Hz)", "damping ratio",
               "sag error", "frequency error", "damping error"]
@@ -305,14 +378,10 @@ def family_table(result) -> str:
 def energy_section(result, figs) -> str:
     ed = result.get("energy_drift_detail", {})
     if not ed.get("max"):
-        return f"Not measured: {ed.get('note', 'switched off')}."
+        return say("energy_off", note=ed.get("note", say("switched_off")))
     integ = list(ed["max"])
-    lines = [f"|E(t) - E(0)| / E(0), E = 1/2 |q'|^2 + V_elastic(q) (the basis is mass-orthonormal, so 1/2 |q'|^2 is the "
-             f"kinetic energy), over {ed.get('steps')} undamped, force-free, gravity-free latent steps of "
-             f"h = {fmt(ed.get('h'), 4)} s with the engine's own step function and Newton tolerance, from a deformation "
-             f"along the mesh's soft elastic modes whose largest vertex displacement is {fmt(100 * ed.get('amplitude', 0.01), 2)}% "
-             "of the diagonal, at rest velocity; max over the steps (inf = the state blew up or inverted). Backward Euler "
-             f"is dissipative by design; implicit midpoint is the conservative option (target: below {TARGETS['energy_drift']:.0%}).", ""]
+    lines = [say("energy_intro", steps=ed.get("steps"), h=fmt(ed.get("h"), 4), amplitude=fmt(100 * ed.get("amplitude", 0.01), 2),
+                 target=f"{TARGETS['energy_drift']:.0%}"), ""]
     rows = [[mesh] + [fmt(per[i]["max"], pct=True) for i in integ] + [fmt(per[i]["final"], pct=True) for i in integ]
             for mesh, per in ed.get("per_mesh", {}).items()]
     tight = ed.get("tight")
@@ -322,16 +391,14 @@ def energy_section(result, figs) -> str:
     lines.append(_table(["mesh"] + [f"{i} (max)" for i in integ] + [f"{i} (final)" for i in integ]
                         + ([f"{i} (max, Newton tol {ed.get('tight_tolerance'):g})" for i in integ] if tight else []), rows))
     if tight:
-        lines += ["", "The last columns re-solve every step to a much tighter Newton tolerance than the runtime's: what "
-                      "remains there is the integrator's own drift, not the solver's stopping rule."]
+        lines += ["", say("energy_tight")]
     if "energy_drift" in figs:
         lines += ["", f"![energy drift]({figs['energy_drift']})"]
     return "\n".join(lines)
 
 
 def speed_section(bench_result, figs) -> str:
-    lines = [f"Scene: {bench_result.get('scene')}. ms_per_frame = step + decode of one frame after encoding once; peak_mb = "
-             "peak resident memory above the level before the run.", ""]
+    lines = [say("speed_intro", scene=bench_result.get("scene")), ""]
     rows = [[r["engine"], r["device"], r["vertices"], r["frames"], fmt(r["encode_ms"], 1), fmt(r["ms_per_frame"], 2),
              fmt(r["peak_mb"], 1), r.get("note", "")] for r in bench_result["rows"]]
     lines.append(_table(["engine", "device", "vertices", "frames", "encode ms", "ms/frame", "peak MB", "note"], rows))
@@ -347,13 +414,11 @@ def speed_section(bench_result, figs) -> str:
 
 def ablations_section(ablations, figs) -> str:
     if ablations.get("skipped"):
-        return f"Not run: {ablations['skipped']}."
-    trained = ablations.get("model_trained")
-    lines = [f"On {len(ablations.get('sequences', []))} sequences of the evaluation set, no baselines. Latent sizes run the "
-             f"checkpoint's own density (trained at {ablations.get('model_handles')} handles) in subspaces of other sizes, "
-             "without retraining: the learned part of model v2 is a local density, independent of the subspace."
-             + ("" if trained else " The checkpoint is untrained, so 'learned' and 'classical-only' are the same density "
-                                    "and the rows must agree."), ""]
+        return say("ablations_skipped", why=ablations["skipped"])
+    intro = [say("ablations_intro", sequences=len(ablations.get("sequences", [])), handles=ablations.get("model_handles"))]
+    if not ablations.get("model_trained"):
+        intro.append(say("ablations_untrained"))
+    lines = [" ".join(intro), ""]
     rows = []
     for r in ablations["rows"]:
         if r.get("status") != "run":
@@ -378,6 +443,100 @@ def targets_table(suite, result, stress, bench_result) -> str:
 
 # =========================================================================== the report
 
+def _generated(suite, bench_result, scenes, command) -> str:
+    """The 'generated by' paragraph: command, machine, code and model."""
+    overrides = suite.get("overrides") or {}
+    when = dict(command=command, started=suite["started"], minutes=suite["wall_minutes"])
+    if overrides:
+        kw = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+        parts = [say("generated_overrides", preset=suite["preset"], overrides=kw, **when)]
+    else:
+        parts = [say("generated_plain", **when)]
+    m = bench_result.get("machine", {})
+    parts.append(say("machine", cpu=m.get("cpu"), cores=m.get("cpu_affinity") or m.get("cpu_count"), torch=m.get("torch"),
+                     cuda=m.get("cuda") or "none"))
+    if suite.get("source"):
+        parts.append(suite["source"])
+    mm = suite.get("model_meta") or {}
+    model = dict(model=_rel(suite["model"]), latent=scenes.get("oracle", {}).get("model_latent") or "unknown")
+    if mm.get("steps"):
+        parts.append(say("model_trained", steps=mm.get("steps"), minutes=_minutes(mm.get("seconds")),
+                         sequences=mm.get("sequences"), **model))
+    else:
+        parts.append(say("model_untrained", **model))
+    return " ".join(parts)
+
+
+def _noise_note(scenes, cfg) -> str:
+    measured = [r for r in scenes.get("scenes", []) if r.get("noise_floor", {}).get("available")]
+    if measured:
+        return say("noise_measured", scenes=", ".join(r["name"] for r in measured), frames=cfg.get("noise_frames"))
+    notes = {r.get("noise_floor", {}).get("note") for r in scenes.get("scenes", [])} - {None}
+    return say("noise_missing", notes="; ".join(sorted(notes)) if notes else say("not_measured"))
+
+
+def _eval_noise(result) -> str:
+    enf = result.get("noise_floor", {})
+    if not enf.get("available"):
+        return enf.get("note", say("not_available"))
+    return say("eval_noise", rel_l2=fmt(enf.get("rel_l2")), ratio=fmt(enf.get("ratio_to_hold_still"), 2),
+               sequences=enf.get("measured_on"), frames=enf.get("frames"))
+
+
+def _gaps(suite, scenes, bench_result) -> list[str]:
+    """The 'Not covered' list."""
+    gaps = [say("gap_long_runs", long_frames=suite["config"]["long_frames"]), say("gap_inversion")]
+    gaps += scenes.get("notes", [])
+    if suite["preset"] == "small":
+        gaps.append(say("gap_small_preset"))
+    if not any(r["device"] == "cuda" for r in bench_result["rows"]):
+        gaps.append(say("gap_no_cuda"))
+    return gaps
+
+
+def _commands(suite, command, out) -> str:
+    cfg, model, data = suite["config"], _rel(suite["model"]), _rel(suite["eval_data"])
+    return "\n".join([command,
+                      f"# pieces: python -m engine eval --model {model} --data {data} --json {out}/eval.json",
+                      f"#         python -m engine bench --model {model} --json {out}/bench.json "
+                      f"--sizes {','.join(str(s) for s in cfg['bench_sizes'])} --frames {cfg['bench_frames']}"])
+
+
+def _scene_fields(scenes, beam, stress, result, cfg, figs, docs) -> dict:
+    """Placeholders of the sections on the scenes, the beam and the stress runs."""
+    q, b = (beam or {}).get("material", {}), beam or {}
+    return {
+        "oracle_dofs": scenes.get("oracle", {}).get("dofs"), "model_latent": scenes.get("oracle", {}).get("model_latent") or "unknown",
+        "findings": "\n".join(f"- {f}" for f in findings(scenes, beam, stress, result)),
+        "scene_frames": cfg["scene_frames"],
+        "reference_settings": ", ".join(f"{k} {v:.4g}" for k, v in scenes.get("reference_settings", {}).items()),
+        "headline_table": headline_table(scenes), "noise_note": _noise_note(scenes, cfg),
+        "plausibility_figure": figs.get("plausibility", ""), "sheets": sheets_section(scenes, docs),
+        "beam_size": f"{b.get('length')} x {b.get('width')} x {b.get('width')}",
+        "beam_vertices": b.get("vertices"), "beam_stiffness": f"{q.get('stiffness', 0):.3g}",
+        "beam_density": f"{q.get('density', 0):.4g}", "beam_frames": b.get("frames"),
+        "beam_table": beam_table(beam), "beam_figure": figs.get("beam", ""),
+        "long_frames": cfg["long_frames"], "push_max": stress.get("push_max"), **stress["summary"],
+        "stress_table": stress_table(stress),
+        "force_figure": f"![error vs force]({figs['error_vs_force']})" if "error_vs_force" in figs else "",
+    }
+
+
+def _eval_fields(suite, result, cfg, figs) -> dict:
+    """Placeholders of the section on the procedural evaluation set."""
+    mlp = result["baselines_info"].get("latent_mlp", {})
+    return {
+        "eval_data": _rel(suite["eval_data"]), "seed": cfg["seed"], "sequences": cfg["sequences"],
+        "frames": cfg["frames"], "heldout": cfg["heldout"], "eval_plausibility_table": eval_plausibility_table(result),
+        "eval_noise": _eval_noise(result), "eval_horizon_table": eval_horizon_table(result),
+        "eval_frame_tables": eval_frame_tables(result), "error_figure": figs.get("error_vs_frame", ""),
+        "latent_mlp_note": str(mlp.get("skipped") or f"{mlp.get('steps', '?')} steps"),
+        "pin_drift": fmt(result["splits"]["all"].get("pin_drift"), 6),
+        "pin_drift_truth": fmt(result["splits"]["all"].get("pin_drift_truth"), 6),
+        "replay_ms": fmt(result.get("ms_per_frame"), 2), "family_table": family_table(result),
+    }
+
+
 def write_report(suite, result, scenes, beam, stress, bench_result, ablations, docs) -> Path:
     docs = Path(docs)
     fig_dir = docs / "figures"
@@ -385,90 +544,19 @@ def write_report(suite, result, scenes, beam, stress, bench_result, ablations, d
     figs.update(scene_figures(scenes, beam, fig_dir))
     cfg, preset = suite["config"], suite["preset"]
     out = _rel(suite["out"])
-    out_parent = str(Path(out).parent)
     model_opt = f" --model {_rel(suite['model_arg'])}" if suite.get("model_arg") else ""
-    overrides = suite.get("overrides") or {}
-    command = f"python -m engine evalsuite --preset {preset} --out {out_parent}{model_opt}"
-    if overrides:
-        kw = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
-        generated = (f"Generated on {suite['started']} ({suite['wall_minutes']} minutes) by the {preset} preset **with "
-                     f"overrides** ({kw}) of `{command}`. Every number below comes from that one run.")
-    else:
-        generated = f"Generated by `{command}` on {suite['started']} ({suite['wall_minutes']} minutes). Every number below comes from that one run."
-    m = bench_result.get("machine", {})
-    generated += (f" Machine: {m.get('cpu')}, {m.get('cpu_affinity') or m.get('cpu_count')} CPU cores, torch {m.get('torch')}; "
-                  f"CUDA: {m.get('cuda') or 'none'}.")
-    if suite.get("source"):
-        generated += f" {suite['source']}"
-    mm = suite.get("model_meta") or {}
-    latent = scenes.get("oracle", {}).get("model_latent") or "unknown"
-    if mm.get("steps"):
-        generated += (f" Model: `{_rel(suite['model'])}` (latent {latent}; trained "
-                      f"{mm.get('steps')} steps / {_minutes(mm.get('seconds'))} on {mm.get('sequences')} sequences).")
-    else:
-        generated += (f" Model: `{_rel(suite['model'])}` (latent {latent}; **untrained**: its learned correction is zero, "
-                      "so its strain energy density is exactly the classical one).")
-    preset_note = ("**Small preset**: short rollouts, few scenes, no ablations, no 100k-vertex timings; `make eval` "
-                   "(`--preset full`) makes the full report." if preset == "small" else "")
-    nf_avail = [r for r in scenes.get("scenes", []) if r.get("noise_floor", {}).get("available")]
-    if nf_avail:
-        noise_note = (f"Noise floor measured on {', '.join(r['name'] for r in nf_avail)} (`engine/evaluation/noise_floor.py`: "
-                      f"the reference at its default resolution against twice that, first {cfg.get('noise_frames')} frames; "
-                      "the ground truth here runs at the generator's coarser settings, so its own error is at least "
-                      "this); n/a where this preset does not measure it (each costs two reference runs).")
-    else:
-        notes = {r.get("noise_floor", {}).get("note") for r in scenes.get("scenes", [])} - {None}
-        noise_note = ("Noise floor: " + ("; ".join(sorted(notes)) if notes else "not measured") +
-                      ". The column fills in when the reference simulator's noise-floor function is present.")
-    enf = result.get("noise_floor", {})
-    eval_noise = (f"rel_l2 {fmt(enf.get('rel_l2'))} ({fmt(enf.get('ratio_to_hold_still'), 2)}x hold-still) on "
-                  f"{enf.get('measured_on')} sequence(s), first {enf.get('frames')} frames" if enf.get("available")
-                  else enf.get("note", "not available"))
-    gaps = [f"The {cfg['long_frames']}-frame runs and the largest pushes have no ground truth (the reference is too slow); "
-            "they are judged by stability and plausibility alone.",
-            "Inverted elements are not counted for the model: model v2's density is infinite at J <= 0, so no cubature "
-            "sample can invert (its line search rejects such a step); flipped surface triangles measure what a viewer sees "
-            "between the samples."]
-    gaps += scenes.get("notes", [])
-    if preset == "small":
-        gaps.append("Small preset: no horizon-100 figures on the scenes, no frame-200 errors, no ablations.")
-    if not any(r["device"] == "cuda" for r in bench_result["rows"]):
-        gaps.append("No CUDA rows: torch saw no GPU on this machine.")
-    q = (beam or {}).get("material", {})
+    command = f"python -m engine evalsuite --preset {preset} --out {Path(out).parent}{model_opt}"
     fields = {
-        "generated": generated, "preset_note": preset_note,
-        "oracle_dofs": scenes.get("oracle", {}).get("dofs"), "model_latent": scenes.get("oracle", {}).get("model_latent") or "unknown",
-        "findings": "\n".join(f"- {f}" for f in findings(scenes, beam, stress, result)),
-        "scene_frames": cfg["scene_frames"],
-        "reference_settings": ", ".join(f"{k} {v:.4g}" for k, v in scenes.get("reference_settings", {}).items()),
-        "headline_table": headline_table(scenes), "noise_note": noise_note,
-        "plausibility_figure": figs.get("plausibility", ""), "sheets": sheets_section(scenes, docs),
-        "beam_size": f"{(beam or {}).get('length')} x {(beam or {}).get('width')} x {(beam or {}).get('width')}",
-        "beam_vertices": (beam or {}).get("vertices"), "beam_stiffness": f"{q.get('stiffness', 0):.3g}",
-        "beam_density": f"{q.get('density', 0):.4g}", "beam_frames": (beam or {}).get("frames"),
-        "beam_table": beam_table(beam), "beam_figure": figs.get("beam", ""),
-        "long_frames": cfg["long_frames"], "push_max": stress.get("push_max"), **stress["summary"],
-        "stress_table": stress_table(stress),
-        "force_figure": f"![error vs force]({figs['error_vs_force']})" if "error_vs_force" in figs else "",
-        "eval_data": _rel(suite["eval_data"]), "seed": cfg["seed"], "sequences": cfg["sequences"],
-        "frames": cfg["frames"], "heldout": cfg["heldout"], "eval_plausibility_table": eval_plausibility_table(result),
-        "eval_noise": eval_noise, "eval_horizon_table": eval_horizon_table(result),
-        "eval_frame_tables": eval_frame_tables(result), "error_figure": figs.get("error_vs_frame", ""),
-        "latent_mlp_note": str(result["baselines_info"].get("latent_mlp", {}).get("skipped")
-                               or f"{result['baselines_info'].get('latent_mlp', {}).get('steps', '?')} steps"),
-        "pin_drift": fmt(result["splits"]["all"].get("pin_drift"), 6),
-        "pin_drift_truth": fmt(result["splits"]["all"].get("pin_drift_truth"), 6),
-        "replay_ms": fmt(result.get("ms_per_frame"), 2), "family_table": family_table(result),
+        "generated": _generated(suite, bench_result, scenes, command),
+        "preset_note": say("small_preset") if preset == "small" else "",
+        **_scene_fields(scenes, beam, stress, result, cfg, figs, docs), **_eval_fields(suite, result, cfg, figs),
         "energy_section": energy_section(result, figs), "speed_section": speed_section(bench_result, figs),
         "targets_table": targets_table(suite, result, stress, bench_result),
         "ablations_section": ablations_section(ablations, figs),
-        "commands": "\n".join([command,
-                               f"# pieces: python -m engine eval --model {_rel(suite['model'])} --data {_rel(suite['eval_data'])} --json {out}/eval.json",
-                               f"#         python -m engine bench --model {_rel(suite['model'])} --json {out}/bench.json "
-                               f"--sizes {','.join(str(s) for s in cfg['bench_sizes'])} --frames {cfg['bench_frames']}"]),
-        "out": out, "gaps": "\n".join(f"- {g}" for g in gaps),
+        "commands": _commands(suite, command, out), "out": out,
+        "gaps": "\n".join(f"- {g}" for g in _gaps(suite, scenes, bench_result)),
     }
-    text = Template(TEMPLATE.read_text(encoding="utf-8")).substitute(fields)
+    text = Template(_template()[0]).substitute(fields)
     docs.mkdir(parents=True, exist_ok=True)
     path = docs / "EVALUATION.md"
     atomic_write_text(path, text)
