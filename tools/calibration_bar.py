@@ -18,15 +18,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def zero_learned_layers(model):
-    import torch
-    with torch.no_grad():
-        for layer in (model.energy.scales[-1], model.energy.correction[-1]):
-            layer.weight.zero_()
-            layer.bias.zero_()
-    return model
-
-
 def main(argv=None) -> int:
     from engine.evaluation.physical import bar_stretch, bar_theory, hanging_bar
     from engine.learned.checkpoint import default_model_path, load_checkpoint
@@ -39,7 +30,7 @@ def main(argv=None) -> int:
     setup = hanging_bar()
     path = args.model or default_model_path()
     reference = bar_stretch(setup, ReferenceSimulator(setup).solve_static())
-    prior = bar_stretch(setup, NeurokRun(zero_learned_layers(load_checkpoint(path)[0]), setup).bake()[-1])
+    prior = bar_stretch(setup, NeurokRun(load_checkpoint(path)[0].classical_prior(), setup).bake()[-1])
     print("hanging bar 0.1x0.1x1 m, E 100 kPa, rho 1000, nu 0.3: its bottom drops")
     print(f"  learned engine, classical prior: {1e3 * prior:.1f} mm ({100 * (prior / reference - 1):+.1f} % of the reference)")
     if args.trained:

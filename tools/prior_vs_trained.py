@@ -23,15 +23,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def zero_density_layers(model):
-    import torch
-    with torch.no_grad():
-        for layer in (model.energy.scales[-1], model.energy.correction[-1]):
-            layer.weight.zero_()
-            layer.bias.zero_()
-    return model
-
-
 def measures(pred, true, setup) -> dict:
     from engine.core.measures import MeshMeasures
     diag = float(np.linalg.norm(np.ptp(setup.rest, axis=0)))
@@ -59,7 +50,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     path = args.model or default_model_path()
-    models = {"trained": load_checkpoint(path)[0], "prior": zero_density_layers(load_checkpoint(path)[0])}
+    models = {"trained": load_checkpoint(path)[0], "prior": load_checkpoint(path)[0].classical_prior()}
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         cases, _ = evaluation_scenes(SMALL_SCENES, args.frames, Path(tmp))

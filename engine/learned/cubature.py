@@ -56,9 +56,14 @@ def solid_terms(F):
     return energy, stress
 
 
+def triangle_edges(y):
+    """The three edges [E,3,3] of triangles from their two first edges y = (x1 - x0, x2 - x0) [E,6]."""
+    return np.stack([y[:, :3], y[:, 3:], y[:, 3:] - y[:, :3]], axis=1)
+
+
 def cloth_terms(y, rest_lengths):
     """Membrane energy [1,E] and dpsi/dy [1,E,6] from a triangle's two edges y [E,6]."""
-    e = np.stack([y[:, :3], y[:, 3:], y[:, 3:] - y[:, :3]], axis=1)
+    e = triangle_edges(y)
     length = np.maximum(np.linalg.norm(e, axis=-1), 1e-12)
     strain = length / rest_lengths - 1.0
     dedge = (strain / (3.0 * rest_lengths * length))[..., None] * e       # d psi / d edge  [E,3,3]
@@ -83,11 +88,13 @@ class ElementForces:
         return bool(np.linalg.det(F).min() > MIN_J)
 
     def amplitude(self, q) -> float:
+        """RMS over elements of |F - I| / sqrt(3) (solids) or of the edge strain (cloth): a uniform
+        stretch by e measures e either way."""
         y = self.local(q)
         if self.kind == "solid":
-            return float(np.sqrt(np.mean((y - self.offset) ** 2) * 9 / 3))
-        e = np.stack([y[:, :3], y[:, 3:], y[:, 3:] - y[:, :3]], axis=1)
-        return float(np.sqrt(np.mean((np.linalg.norm(e, axis=-1) / self.rest_lengths - 1.0) ** 2)))
+            return float(np.sqrt(3.0 * np.mean((y - self.offset) ** 2)))
+        strain = np.linalg.norm(triangle_edges(y), axis=-1) / self.rest_lengths - 1.0
+        return float(np.sqrt(np.mean(strain ** 2)))
 
     def at(self, q):
         """(energies [T,E], reduced forces [T,E,d]) at pose q."""
@@ -111,8 +118,7 @@ def rest_stiffness(forces: ElementForces, full_weights) -> np.ndarray:
         CG = np.einsum("mn,end->emd", C, G)
         K = np.einsum("e,emd,emf->df", full_weights, G, CG, optimize=True)
     else:
-        y = forces.offset
-        e = np.stack([y[:, :3], y[:, 3:], y[:, 3:] - y[:, :3]], axis=1)
+        e = triangle_edges(forces.offset)
         a = e / (np.linalg.norm(e, axis=-1, keepdims=True) * forces.rest_lengths[..., None])   # d strain_e / d edge_e
         K = np.zeros((G.shape[2], G.shape[2]))
         for k, (c0, c1) in enumerate(((1.0, 0.0), (0.0, 1.0), (-1.0, 1.0))):   # edge k = c0 y[:3] + c1 y[3:]

@@ -81,3 +81,12 @@ class NeurokModel(nn.Module):
         self.cfg = cfg or ModelConfig()
         self.energy = StrainEnergy(self.cfg.width)
         self.weight_field = WeightField(self.cfg.handles, self.cfg.width)
+
+    def classical_prior(self) -> "NeurokModel":
+        """Set the density's learned layers (Lame scales, correction) to zero, in place: the
+        classical material in this model's subspace. Returns the model."""
+        with torch.no_grad():
+            for layer in (self.energy.scales[-1], self.energy.correction[-1]):
+                layer.weight.zero_()
+                layer.bias.zero_()
+        return self
