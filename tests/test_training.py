@@ -131,3 +131,21 @@ def test_torchrun_trains_on_two_processes_with_identical_weights(data, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     _, meta = load_checkpoint(out)
     assert meta["ranks"] == 2 and meta["ranks_identical"] is True and meta["steps"] == 2
+
+
+def test_training_keeps_the_sliders_physical_and_moves_the_correction(trained):
+    """What training learns goes into the correction, not into the classical Lame and bending
+    scales: after training they are still exactly 1 (stiffness in Pa means Pa: Blender's hanging
+    bar stretches within 5 % of the reference's), while the correction has left its start."""
+    from engine.evaluation.physical import bar_stretch, hanging_bar
+    from engine.learned.runtime import NeurokRun
+    from engine.reference.simulator import ReferenceSimulator
+    out, model, _ = trained
+    loaded, _ = load_checkpoint(out)
+    for material in ({"kind": "solid", "poisson": 0.3}, {"kind": "cloth"}):
+        feats = loaded.energy.features(material)
+        assert torch.equal(loaded.energy.log_scales(feats), torch.zeros(3, dtype=feats.dtype))
+    assert float(loaded.energy.correction[-1].weight.abs().max()) > 1.5e-3 * 3   # beyond its random start
+    setup = hanging_bar()
+    learned = bar_stretch(setup, NeurokRun(loaded, setup).bake()[-1])
+    assert learned == pytest.approx(bar_stretch(setup, ReferenceSimulator(setup).solve_static()), rel=0.05)

@@ -3,8 +3,9 @@
 Two stages share the budget:
 1. subspace (first 20%): the skinning-weight field (`model.WeightField`) is fitted so that the
    observed frames project onto each mesh's subspace with the least mass-weighted error;
-2. dynamics (the rest): the strain energy density (`learned/materials.py`: per-material scales
-   of the classical density and an invariant-based correction) is trained from trajectories, by
+2. dynamics (the rest): the strain energy density's invariant-based correction
+   (`learned/materials.py`; the classical Lame and bending scales stay at 1, see
+   `trainable_parameters`) is trained from trajectories, by
    batches of short rollouts through the implicit step (gradient by the implicit-function
    trick, `integrators.differentiable_step`), compared with the encoded true frames, starting
    from noisy encoded states (DESIGN.md section 2: rollout training with noise injection is what
@@ -49,6 +50,7 @@ BATCH = 4
 ROLLOUT_FRAMES = (3, 6)      # rollout length grows from the first to the second over the run
 START_NOISE = 1e-3           # std of the noise on the start latent (normalised lengths)
 LEARNING_RATE = 3e-3
+CORRECTION_START = 1e-3   # spread of the correction's last layer when training starts it from zero
 SAVE_EVERY_SECONDS = 300
 REFRESH_DATA_SECONDS = 300   # sequences still being generated join the run as they appear
 
@@ -170,13 +172,17 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     out = Path(out)
     resume = out.with_name(out.name + ".resume")
     model, state = _initial_model(init, resume)
+    params = trainable_parameters(model, seed)
     items = load_items(model, data, ("train",))
     if not items:
         raise NeurokError(f"{data}: no training sequences (split 'train')")
     val_items = load_items(model, data, ("validation",), limit=4)
-    opt = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+    opt = torch.optim.Adam(params, lr=LEARNING_RATE)
     if state:
-        opt.load_state_dict(state["optimizer"])
+        try:
+            opt.load_state_dict(state["optimizer"])
+        except ValueError:     # a run saved before the classical scales were held: a fresh optimiser
+            pass
     step, elapsed = (state["step"], state["elapsed"]) if state else (0, 0.0)
     budget = ("steps", steps) if steps is not None else ("seconds", minutes * 60.0)
     bar = None if (quiet or rank) else ProgressBar(budget[1] if budget[0] == "steps" else int(budget[1]),
@@ -208,8 +214,8 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         opt.zero_grad()
         loss.backward()
         average_gradients(model, world)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        if all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None):
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        if all(torch.isfinite(p.grad).all() for p in params if p.grad is not None):
             opt.step()
         step += 1
         history.append({stage: float(loss.detach()), "step": step, "stage": stage})
@@ -240,6 +246,24 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         if val_items and not quiet:
             print(f"validation: {validation_summary(model, val_items)}")
     return model, history
+
+
+def trainable_parameters(model, seed=0) -> list:
+    """What training changes: the skinning weight field and the density's correction. The
+    classical Lame and bending scales are held at 1 (their learned layer at zero), so stiffness in
+    Pa still means Pa after training (issue 24: 30 minutes of training had made every solid 5x
+    softer than its slider). The correction mu |m(inv) - m(0)|^2 has no gradient while its last
+    layer is exactly zero, so a correction at zero is started from small random weights."""
+    scales, correction = model.energy.scales, model.energy.correction[-1]
+    with torch.no_grad():
+        scales[-1].weight.zero_()
+        scales[-1].bias.zero_()
+        if not bool(correction.weight.any()) and not bool(correction.bias.any()):
+            g = torch.Generator().manual_seed(int(seed))
+            correction.weight.copy_(CORRECTION_START * torch.randn(correction.weight.shape, generator=g, dtype=DTYPE))
+    for p in scales.parameters():
+        p.requires_grad_(False)
+    return [p for p in model.parameters() if p.requires_grad]
 
 
 def _initial_model(init, resume):
