@@ -1,13 +1,14 @@
 """A checkpoint's trained density against its own classical prior on the held-out scenes.
 
-    .venv/bin/python tools/prior_vs_trained.py --model CKPT [--frames 36] [--json OUT.json]
+    .venv/bin/python tools/prior_vs_trained.py --model CKPT [--frames 36] [--json OUT.json] [--sheets DIR]
 
 For each scene of the small evaluation preset (Blender primitives and the bundled samples,
 `engine.evaluation.scenes`): the reference simulator at the data generator's settings, then the
 learned engine twice — the checkpoint as it is, and with its learned density layers (Lame scales,
 correction) set to zero, i.e. the classical material in the same subspace. Prints rel_l2 over
-the whole rollout (mean vertex distance / rest diagonal) beside hold-still, the lowest volume and
-the mean edge strain of each. This is the rule for the bundled model (issue 24): until a trained
+the whole rollout (mean vertex distance / rest diagonal) beside hold-still, and the lowest volume
+/ rest, the mean edge strain and the largest share of flipped triangles of each; `--sheets`
+writes a contact sheet per scene (reference | trained | prior). This is the rule for the bundled model (issue 24): until a trained
 density beats its prior here, the bundled checkpoint is the prior.
 """
 from __future__ import annotations
@@ -31,13 +32,20 @@ def measures(pred, true, setup) -> dict:
     frames = [MeshMeasures(setup.rest, setup.faces).frame(x) for x in pred[1:n]]
     volumes = [m["volume_ratio"] for m in frames if m["volume_ratio"] is not None]
     return {"rel_l2": float(dist[1:].mean()), "volume_min": min(volumes) if volumes else None,
-            "strain": float(np.mean([m["edge_strain_mean"] for m in frames])), "frames": int(n)}
+            "strain": float(np.mean([m["edge_strain_mean"] for m in frames])),
+            "flipped": float(max(m["flipped_share"] for m in frames)), "frames": int(n)}
+
+
+def describe(m) -> str:
+    volume = "n/a" if m["volume_min"] is None else f"{m['volume_min']:.2f}"
+    return f"volume {volume}, strain {m['strain']:.1%}, flipped {m['flipped']:.0%}"
 
 
 def main(argv=None) -> int:
     import torch
 
     from engine.core.scene import setup_from_scene
+    from engine.evaluation.render import contact_sheet
     from engine.evaluation.scene_eval import reference_rollout
     from engine.evaluation.scenes import evaluation_scenes
     from engine.evaluation.suite import SMALL_SCENES
@@ -47,6 +55,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", default=None)
     p.add_argument("--frames", type=int, default=36)
     p.add_argument("--json", default=None)
+    p.add_argument("--sheets", default=None, help="folder for a contact sheet per scene")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     path = args.model or default_model_path()
@@ -59,12 +68,16 @@ def main(argv=None) -> int:
             true = reference_rollout(setup)
             row = {"reference": measures(true, true, setup)}
             row["hold_still"] = measures(np.repeat(true[:1], len(true), 0), true, setup)["rel_l2"]
-            for label, model in models.items():
-                row[label] = measures(NeurokRun(model, setup).bake(), true, setup)
+            runs = {label: NeurokRun(model, setup).bake() for label, model in models.items()}
+            for label, pred in runs.items():
+                row[label] = measures(pred, true, setup)
             rows[name] = row
+            if args.sheets:
+                contact_sheet(dict(reference=true, **runs), setup.faces, Path(args.sheets) / f"{name}.png",
+                              floor_z=setup.floor_z, title=f"{name}: reference | trained density | classical prior")
             print(f"{name:11} hold still {row['hold_still']:.3f} | trained {row['trained']['rel_l2']:.3f} "
-                  f"(strain {row['trained']['strain']:.1%}) | prior {row['prior']['rel_l2']:.3f} "
-                  f"(strain {row['prior']['strain']:.1%}) | reference strain {row['reference']['strain']:.1%}", flush=True)
+                  f"({describe(row['trained'])}) | prior {row['prior']['rel_l2']:.3f} ({describe(row['prior'])}) "
+                  f"| reference ({describe(row['reference'])})", flush=True)
     mean = {k: float(np.mean([r[k]["rel_l2"] for r in rows.values()])) for k in models}
     print(f"mean rel_l2: trained {mean['trained']:.3f}, prior {mean['prior']:.3f}")
     if args.json:
