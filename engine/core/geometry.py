@@ -70,9 +70,28 @@ def vertex_normals(x, faces):
     return np.where(length > 0, n / np.maximum(length, 1e-30), 0.0)
 
 
-def mesh_volume(x, faces):
-    a, b, c = x[faces[:, 0]], x[faces[:, 1]], x[faces[:, 2]]
-    return float(np.einsum("ij,ij->i", a, np.cross(b, c)).sum() / 6.0)
+def face_columns(faces) -> tuple:
+    """The three corner columns of faces [F,3], each contiguous (np.take is fastest with those)."""
+    return tuple(np.ascontiguousarray(np.asarray(faces)[:, j]) for j in range(3))
+
+
+def face_cross(x, corners, xt=None) -> np.ndarray:
+    """(x1 - x0) x (x2 - x0) per triangle as [3,F], `corners` from `face_columns`: coordinates in
+    rows, so every operation is on contiguous vectors (several times faster than np.cross on
+    [F,3] at these sizes). `xt`: x transposed to [3,N] if the caller has it."""
+    xt = np.ascontiguousarray(np.asarray(x, np.float64).T) if xt is None else xt
+    p0 = np.take(xt, corners[0], axis=1)        # np.take: several times faster than fancy indexing here
+    u = np.take(xt, corners[1], axis=1) - p0
+    v = np.take(xt, corners[2], axis=1) - p0
+    return np.stack([u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0]])
+
+
+def mesh_volume(x, faces, corners=None):
+    """Enclosed volume of a closed surface (signed: negative inside out). `corners`: the faces'
+    `face_columns` if the caller keeps them."""
+    corners = face_columns(faces) if corners is None else corners
+    xt = np.ascontiguousarray(np.asarray(x, np.float64).T)
+    return float(np.einsum("ij,ij->", np.take(xt, corners[0], axis=1), face_cross(x, corners, xt))) / 6.0
 
 
 def vertex_mass_fractions(rest, faces, vertex_mass=None):

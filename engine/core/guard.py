@@ -14,7 +14,6 @@ stops with `ImplausibleFrame` (a `SimulationFault`) whose message names the fram
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from .errors import SimulationFault
 from .measures import MeshMeasures
+from .memo import MeshMemo
 
 # ---- solids (stiffness = Young's modulus E in Pa, density in kg/m^3)
 SOLID_STRAIN_MEAN = (0.30, 1.00)   # (limit with no load, cap) for the mean edge strain
@@ -172,22 +172,16 @@ def limits_for(setup, diagonal: float) -> GuardLimits:
                        volume_low=low, volume_high=1.0 + slack, flipped_share=SOLID_FLIPPED, load=load)
 
 
-_MEASURES: dict = {}
+_MEASURES = MeshMemo()
 
 
 def guard_measures(rest, faces) -> tuple[MeshMeasures, MeshMeasures]:
-    """(full, quick) rest measures of a mesh, remembered for the last 8 meshes (the add-on
-    prepares the same mesh on every preview and bake; at 100k vertices they take about a second)."""
-    rest = np.ascontiguousarray(rest, dtype=np.float64)
-    faces = np.ascontiguousarray(faces, dtype=np.int64)
-    key = (hashlib.sha1(rest.tobytes() + faces.tobytes()).hexdigest(), rest.shape, faces.shape)
-    if key not in _MEASURES:
-        if len(_MEASURES) >= 8:
-            _MEASURES.pop(next(iter(_MEASURES)))
+    """(full, quick) rest measures of a mesh, made once per mesh (at 100k vertices they take
+    about a second); the quick sample shares the full one's edges."""
+    def make(rest, faces):
         full = MeshMeasures(rest, faces, max_elements=GUARD_SAMPLE)
-        _MEASURES[key] = (full, MeshMeasures(rest, faces, max_elements=QUICK_SAMPLE, with_volume=False,
-                                             edges=full.all_edges))
-    return _MEASURES[key]
+        return full, MeshMeasures(rest, faces, max_elements=QUICK_SAMPLE, with_volume=False, edges=full.all_edges)
+    return _MEASURES.get(rest, faces, None, make)
 
 
 class Guard:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .geometry import is_closed, mesh_volume
+from .geometry import face_columns, face_cross, is_closed, mesh_volume
 
 ROTATION_POINTS = 2_000   # points the best-fit rotation is taken from (a fixed sample)
 
@@ -32,22 +32,6 @@ def best_rotation(rest, x) -> np.ndarray:
     u, _, vt = np.linalg.svd((x - x.mean(axis=0)).T @ a)
     d = np.sign(np.linalg.det(u @ vt)) or 1.0
     return u @ np.diag([1.0, 1.0, d]) @ vt
-
-
-def _columns(index_array) -> tuple:
-    """The columns of an [M,k] index array, each contiguous (np.take is fastest with those)."""
-    return tuple(np.ascontiguousarray(index_array[:, j]) for j in range(index_array.shape[1]))
-
-
-def _cross_rows(x, corners, xt=None) -> np.ndarray:
-    """(x1 - x0) x (x2 - x0) per triangle as [3,F], `corners` the face columns (`_columns`):
-    coordinates in rows, so every operation is on contiguous vectors (several times faster
-    than np.cross on [F,3] at these sizes)."""
-    xt = np.ascontiguousarray(np.asarray(x, np.float64).T) if xt is None else xt
-    p0 = np.take(xt, corners[0], axis=1)        # np.take: several times faster than fancy indexing here
-    u = np.take(xt, corners[1], axis=1) - p0
-    v = np.take(xt, corners[2], axis=1) - p0
-    return np.stack([u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0]])
 
 
 @dataclass
@@ -78,15 +62,15 @@ class MeshMeasures:
         self.rest_lengths = np.linalg.norm(self.rest[self.edges[:, 1]] - self.rest[self.edges[:, 0]], axis=1)
         self.edge_ok = self.rest_lengths > 1e-12 * max(self.diagonal, 1e-30)
         self.closed = self.with_volume and bool(len(self.all_faces)) and is_closed(self.all_faces)
-        self.rest_volume = mesh_volume(self.rest, self.all_faces) if self.closed else 0.0
         self.rest_lengths = self.rest_lengths[self.edge_ok]
         self.edges = self.edges[self.edge_ok]
-        self.edge_ends, self.face_corners, self.all_corners = _columns(self.edges), _columns(self.faces), _columns(self.all_faces)
+        self.edge_ends = tuple(np.ascontiguousarray(self.edges[:, j]) for j in range(2))
+        self.face_corners, self.all_corners = face_columns(self.faces), face_columns(self.all_faces)
+        self.rest_volume = mesh_volume(self.rest, self.all_faces, self.all_corners) if self.closed else 0.0
         self.rest_normals = self._normals(self.rest)
         self.normal_ok = np.linalg.norm(self.rest_normals, axis=1) > 0
         self.rotation_points = self.points if len(self.points) <= ROTATION_POINTS else \
             self.points[np.random.default_rng(2).choice(len(self.points), ROTATION_POINTS, replace=False)]
-        self.rest_centred = self.rest[self.rotation_points] - self.rest[self.rotation_points].mean(axis=0)
 
     @property
     def diagonal(self) -> float:
@@ -98,27 +82,19 @@ class MeshMeasures:
         f = self.faces
         if not len(f):
             return np.zeros((0, 3))
-        return _cross_rows(x, self.face_corners).T
+        return face_cross(x, self.face_corners).T
 
     def rotation(self, x, sampled=False) -> np.ndarray:
         """The frame's best-fit rotation (from a fixed sample of ROTATION_POINTS points; `sampled`:
         x holds only `self.points`)."""
         x = np.asarray(x, np.float64)
-        if sampled:
-            x = np.asarray(x)[np.searchsorted(self.points, self.rotation_points)]
-        else:
-            x = x[self.rotation_points]
-        u, _, vt = np.linalg.svd((x - x.mean(axis=0)).T @ self.rest_centred)
-        d = np.sign(np.linalg.det(u @ vt)) or 1.0
-        return u @ np.diag([1.0, 1.0, d]) @ vt
+        x = x[np.searchsorted(self.points, self.rotation_points)] if sampled else x[self.rotation_points]
+        return best_rotation(self.rest[self.rotation_points], x)
 
     def volume_ratio(self, x) -> float | None:
         if not self.closed or abs(self.rest_volume) < 1e-30:
             return None
-        xt = np.ascontiguousarray(np.asarray(x, np.float64).T)
-        a = np.take(xt, self.all_corners[0], axis=1)
-        n = _cross_rows(x, self.all_corners, xt)
-        return float(np.einsum("ij,ij->", a, n)) / 6.0 / self.rest_volume
+        return mesh_volume(x, self.all_faces, self.all_corners) / self.rest_volume
 
     def edge_strain(self, x) -> np.ndarray:
         x = np.asarray(x, np.float64)

@@ -13,7 +13,8 @@ f_k(q) = G_k^T dpsi(local_k(q)) the reduced force of element k. Elements are add
 squares each time, until the relative error falls below `TOLERANCE` or `CAP` elements are used.
 
 The poses are the body's own: its softest elastic modes at several amplitudes, each turned by a
-random rotation (what a body does as it moves), and any poses from data. The classical density
+random rotation (what a body does as it moves). (Poses from data are not used yet: the fit is
+made at prepare, where a user's mesh has none.) The classical density
 is used term by term (neo-Hookean's shear and volume terms, or the cloth membrane), so one set of
 weights serves every Poisson ratio. The error reported (`Cubature.error`) is measured on other
 poses than those fitted.
@@ -225,12 +226,10 @@ def force_error(forces: ElementForces, full_weights, elements, weights, poses) -
 
 
 def fit_cubature(forces: ElementForces, full_weights, stiffness, node_basis, nodes, node_mass,
-                 extra_poses=None, tolerance=TOLERANCE, cap=CAP, seed=0) -> Cubature:
+                 tolerance=TOLERANCE, cap=CAP, seed=0) -> Cubature:
     """Elements and weights whose reduced force matches full integration (`full_weights` [E],
-    summing to 1) over the body's modal poses and `extra_poses` [P,d] (e.g. from data)."""
+    summing to 1) over the body's modal poses."""
     poses = modal_poses(forces, stiffness, node_basis, nodes, node_mass, POSES, seed)
-    if extra_poses is not None and len(extra_poses):
-        poses = np.concatenate([poses, np.asarray(extra_poses, dtype=np.float64)])
     A, b = _rows(forces, full_weights, poses)
     elements, weights = greedy_nnls(A, b, tolerance, cap)
     order = np.argsort(elements)

@@ -16,7 +16,6 @@ normalised by the bounding-box diagonal L (see `core.geometry.Normalisation`).
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +25,8 @@ import scipy.sparse.linalg as spla
 import torch
 
 from ..core.geometry import Normalisation, farthest_point_sample, is_closed, lumped_vertex_areas, triangle_areas
-from .cubature import CAP, ElementForces, fit_cubature, rest_stiffness
+from ..core.memo import MeshMemo
+from .cubature import CAP, ElementForces, fit_cubature, rest_stiffness, triangle_edges
 
 CORNERS = np.array([[i, j, k] for i in (0, 1) for j in (0, 1) for k in (0, 1)])   # bit order x, y, z
 
@@ -166,10 +166,9 @@ def cloth_local_map(node_basis, nodes, triangles):
     rest lengths of its three edges [K,3])."""
     Ut = node_basis[triangles]                                          # [K,3,3,d]
     G = np.stack([Ut[:, 1] - Ut[:, 0], Ut[:, 2] - Ut[:, 0]], axis=1).reshape(len(triangles), 6, -1)
-    e = np.stack([nodes[triangles[:, 1]] - nodes[triangles[:, 0]], nodes[triangles[:, 2]] - nodes[triangles[:, 0]]], axis=1)
-    lengths = np.stack([np.linalg.norm(e[:, 0], axis=1), np.linalg.norm(e[:, 1], axis=1),
-                        np.linalg.norm(e[:, 1] - e[:, 0], axis=1)], axis=1)
-    return G, e.reshape(len(triangles), 6), lengths
+    offset = np.concatenate([nodes[triangles[:, 1]] - nodes[triangles[:, 0]],
+                             nodes[triangles[:, 2]] - nodes[triangles[:, 0]]], axis=1)
+    return G, offset, np.linalg.norm(triangle_edges(offset), axis=-1)
 
 
 FIT_ELEMENTS = 4096       # a sheet with more triangles is fitted against this many, spread over it
@@ -346,23 +345,16 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
 
 # --------------------------------------------------------------------------- prepared once per mesh
 
-CACHE_SIZE = 8
-_cache: dict = {}
+_SUBSPACES = MeshMemo()
 
 
 def cached_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, samples: int, contact_samples: int,
                     weight_field=None) -> Subspace:
-    """`build_subspace`, remembered for the last CACHE_SIZE meshes: the add-on prepares the same
-    mesh again on every preview and bake, and the cubature fit is the costly part. The key is the
-    mesh's bytes, the settings and the weight field's parameters (their version counters)."""
-    rest = np.ascontiguousarray(rest, dtype=np.float64)
-    faces = np.ascontiguousarray(faces, dtype=np.int64)
-    digest = hashlib.sha1(rest.tobytes())
-    digest.update(faces.tobytes())
-    field = None if weight_field is None else (id(weight_field), tuple((p._version, p.data_ptr()) for p in weight_field.parameters()))
-    key = (digest.hexdigest(), rest.shape, faces.shape, kind, handles, lattice_cells, samples, contact_samples, field)
-    if key not in _cache:
-        if len(_cache) >= CACHE_SIZE:
-            _cache.pop(next(iter(_cache)))
-        _cache[key] = build_subspace(rest, faces, kind, handles, lattice_cells, samples, contact_samples, weight_field)
-    return _cache[key]
+    """`build_subspace`, made once per mesh and settings (`core.memo`): the cubature fit is the
+    costly part of a prepare. A weight field counts as the same while its parameters are
+    (their version counters)."""
+    field = None if weight_field is None else (
+        id(weight_field), tuple((p._version, p.data_ptr()) for p in weight_field.parameters()))
+    return _SUBSPACES.get(rest, faces, (kind, handles, lattice_cells, samples, contact_samples, field),
+                          lambda r, f: build_subspace(r, f, kind, handles, lattice_cells, samples, contact_samples,
+                                                      weight_field))
