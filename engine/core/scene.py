@@ -20,7 +20,7 @@ from .colliders import Collider, collider_from_dict
 from .errors import FormatError
 from .fields import total_accel, vertex_normals
 from .formats import SCENE_FORMAT, Mesh, Sequence, atomic_write_text, brief
-from .setup import Setup, profile_value  # noqa: F401  (profile_value: re-exported for the engines)
+from .setup import DETAILS, Setup, profile_value  # noqa: F401  (profile_value: re-exported for the engines)
 
 # Materials. Solids: stiffness = Young's modulus (Pa), density kg/m^3, poisson = Poisson ratio.
 # Cloth: stiffness = membrane stretch stiffness (N/m), density = areal density (kg/m^2),
@@ -37,7 +37,7 @@ MATERIAL_PRESETS = {
 DEFAULT_MATERIAL = "rubber"
 MATERIAL_KEYS = {"kind", "preset", "stiffness", "density", "poisson", "damping", "air_damping", "bending"}
 
-SCENE_DEFAULTS = {"frames": 120, "dt": 1.0 / 24.0, "gravity": [0.0, 0.0, -9.81]}
+SCENE_DEFAULTS = {"frames": 120, "dt": 1.0 / 24.0, "gravity": [0.0, 0.0, -9.81], "detail": "medium"}
 PROFILE_TYPES = ("constant", "impulse", "sine", "keyframes")
 
 
@@ -161,6 +161,7 @@ def validate_scene(scene, where: str = "scene") -> dict:
         raise FormatError(f"{where}: 'frames' must be a positive integer, got {brief(frames)}")
     out["dt"] = _number(f"{where}: 'dt'", out["dt"], positive=True)
     out["gravity"] = _vec3(f"{where}: 'gravity'", out["gravity"])
+    out["detail"] = check_detail(out["detail"], where)
     if not isinstance(out.get("material", {}), dict):
         raise FormatError(f"{where}: 'material' must be an object")
     out["material"] = resolve_material(out.get("material"), f"{where}: material")
@@ -308,12 +309,13 @@ def setup_from_scene(mesh: Mesh, scene: dict, vertex_groups: dict | None = None,
                              pin_weight=pin_weight, pin_targets=pin_targets, force_terms=force_terms,
                              floor_z=None if floor is None else floor["z"], velocity=scene["initial"]["velocity"],
                              colliders=[collider_from_dict(c) for c in scene["colliders"]],
-                             meta={"scene": scene.get("meta", {})}, mesh_warnings=warnings, where=where)
+                             meta={"scene": scene.get("meta", {})}, mesh_warnings=warnings, where=where,
+                             detail=scene["detail"])
 
 
 def setup_from_arrays(mesh: Mesh, *, frames: int, dt: float, gravity, material: dict, pin_weight=None,
                       pin_targets=None, force_terms=(), accel_table=None, floor_z: float | None = None,
-                      velocity=(0.0, 0.0, 0.0), colliders=(), effectors=(),
+                      velocity=(0.0, 0.0, 0.0), colliders=(), effectors=(), detail: str = "medium",
                       meta: dict | None = None, mesh_warnings: list | None = None, where: str = "setup") -> Setup:
     """A Setup from per-vertex arrays (world space, metres and seconds); the material is filled from
     its preset and checked, shapes checked, and the mesh checked unless its `mesh_warnings` are
@@ -335,7 +337,14 @@ def setup_from_arrays(mesh: Mesh, *, frames: int, dt: float, gravity, material: 
                  material=resolve_material(material, f"{where}: material"), pin_weight=pin_weight,
                  pin_targets=pin_targets, accel_table=accel_table, force_terms=list(force_terms),
                  floor_z=None if floor_z is None else _number(f"{where}: floor z", floor_z),
-                 meta=dict(meta or {}, warnings=warnings), colliders=list(colliders), effectors=list(effectors))
+                 meta=dict(meta or {}, warnings=warnings), colliders=list(colliders), effectors=list(effectors),
+                 detail=check_detail(detail, where))
+
+
+def check_detail(detail, where: str) -> str:
+    if detail not in DETAILS:
+        raise FormatError(f"{where}: 'detail' must be one of {', '.join(DETAILS)}, got {brief(detail)}")
+    return detail
 
 
 def _check_shape(where: str, name: str, array, shape: tuple) -> None:

@@ -38,6 +38,9 @@ def profile_value(profile: dict, frame: float, dt: float) -> float:
     raise FormatError(f"unknown profile '{kind}'")
 
 
+DETAILS = ("low", "medium", "high")   # scene key "detail": the learned engine's handles x 0.5 / 1 / 2
+
+
 @dataclass
 class Setup:
     """A simulation made concrete for one mesh; every array is per vertex, in metres and seconds.
@@ -62,6 +65,8 @@ class Setup:
     colliders: list[Collider] = field(default_factory=list)  # collision meshes (engine.core.colliders)
     # force fields (engine.core.fields), evaluated by the engines every step on the deformed surface
     effectors: list[Effector] = field(default_factory=list)
+    # the learned engine's level of detail: how many handles its subspace gets (`DETAILS`)
+    detail: str = "medium"
 
     @property
     def num_vertices(self) -> int:

@@ -14,6 +14,9 @@ size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed s
 - reference: the full-space simulator on the same setup (encode_ms = building the lattice,
   elements and pins). Its frames are capped (`reference_frames`; 3 at 50k vertices and more):
   its cost per frame hardly depends on the frame, and the row says how many were run.
+- neurok_cloth (sizes up to 10k): the learned engine on a 1 m square sheet of cloth hung by its
+  top edge in a sine gust (`CLOTH_SCENE`); its subspace has as many handles as its area asks
+  (`learned/subspace.resolution`: 32), and `handles` / `coordinates` are in every neurok row.
 - blender_cloth: Blender's own cloth simulator on the same mesh and frames, pinned by a vertex
   group (gravity only: cloth on the surface mesh, not a volumetric solid; a speed reference),
   run in a child Python that imports bpy (the engine never imports bpy); skipped with a reason
@@ -43,6 +46,14 @@ BENCH_SCENE = {"format": "neurok.scene/1", "dt": 1.0 / 24.0, "gravity": [0.0, 0.
                            "profile": {"type": "constant"}}],
                "floor": None}
 LARGE_MESH = 50_000
+# a square sheet of cloth hung by its top edge, pushed across by a sine gust (the flag's motion)
+CLOTH_SCENE = {"format": "neurok.scene/1", "dt": 1.0 / 24.0, "gravity": [0.0, 0.0, -9.81],
+               "material": {"preset": "cloth"},
+               "pins": [{"select": {"box": {"min": [0.0, 0.0, 0.97], "max": [1.0, 1.0, 1.0]}}, "strength": 1.0}],
+               "forces": [{"select": {"box": {"min": [0.0, 0.0, 0.0], "max": [1.0, 1.0, 1.0]}}, "accel": [0.0, 6.0, 0.0],
+                           "profile": {"type": "sine", "frequency": 0.7}}],
+               "floor": None}
+CLOTH_UP_TO = 10_000            # cloth rows at sizes up to this many vertices
 
 
 def bench_mesh(n: int):
@@ -50,9 +61,22 @@ def bench_mesh(n: int):
     return make_shape("sphere", np.random.default_rng(0), target_vertices=n)
 
 
-def bench_setup(mesh, frames: int):
+def bench_setup(mesh, frames: int, scene=None):
     from ..core.scene import setup_from_scene
-    return setup_from_scene(mesh, dict(BENCH_SCENE, frames=frames))
+    return setup_from_scene(mesh, dict(scene or BENCH_SCENE, frames=frames))
+
+
+def bench_sheet(n: int):
+    """A 1 m square sheet in the xz plane, about `n` vertices on a regular grid."""
+    from ..core.formats import Mesh
+    k = max(int(round(np.sqrt(n))), 2)
+    u = np.linspace(0.0, 1.0, k)
+    X, Z = np.meshgrid(u, u)
+    vertices = np.stack([X.ravel(), np.zeros(k * k), Z.ravel()], axis=1)
+    idx = np.arange(k * k).reshape(k, k)
+    a, b, c, d = idx[:-1, :-1].ravel(), idx[:-1, 1:].ravel(), idx[1:, 1:].ravel(), idx[1:, :-1].ravel()
+    faces = np.concatenate([np.stack([a, b, c], 1), np.stack([a, c, d], 1)]).astype(np.int32)
+    return Mesh(vertices, faces, name="sheet")
 
 
 # --------------------------------------------------------------------------- memory
@@ -150,7 +174,7 @@ def bench_neurok(engine, setup, device="cpu") -> dict:
            # CPU time of this process per frame: what the frame costs where other jobs share the cores
            "cpu_ms_per_frame": 1000.0 * (c3 - c2) / max(count, 1),
            "cubature_samples": int(len(run.scene.weights)), "cubature_force_error": float(sub.cubature_error),
-           "substeps": run.substeps}
+           "substeps": run.substeps, "handles": int(run.scene.resolution.handles), "coordinates": int(run.scene.dims)}
     if cuda:
         row["peak_mb"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 20
         row["host_peak_mb"] = mem.mb
@@ -268,7 +292,7 @@ def machine() -> dict:
 
 
 def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=True, blender=True, cuda=None,
-          reference_frames=None, threads=None, quiet=False) -> dict:
+          reference_frames=None, threads=None, quiet=False, cloth=True) -> dict:
     from ..api import default_model_path
     from ..core.progress import ProgressBar
     from ..learned.runtime import NeurokEngine
@@ -285,7 +309,8 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
         bench_neurok(eng, warm, eng.device)
     cpu_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     rows, notes = [], []
-    steps = len(sizes) * (len(devices) + int(reference) + int(blender))
+    cloth_sizes = [n for n in sizes if n <= CLOTH_UP_TO] if cloth else []
+    steps = len(sizes) * (len(devices) + int(reference) + int(blender)) + len(cloth_sizes)
     bar = None if quiet else ProgressBar(steps, "bench")
     for n in sizes:
         mesh = bench_mesh(n)
@@ -313,10 +338,18 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
                 rows.append(dict({"engine": "blender_cloth", "device": "cpu", "vertices": nv}, **r))
             if bar:
                 bar.update(1, postfix=f"blender cloth {nv} v")
+        if n in cloth_sizes:   # the learned engine on a sheet of cloth: its handles follow the sheet's area
+            sheet = bench_sheet(n)
+            r = bench_neurok(engines["cpu"], bench_setup(sheet, frames, CLOTH_SCENE), "cpu")
+            rows.append(dict({"engine": "neurok_cloth", "device": "cpu", "vertices": int(len(sheet.vertices))}, **r,
+                             torch_threads=torch.get_num_threads()))
+            if bar:
+                bar.update(1, postfix=f"neurok cloth {len(sheet.vertices)} v: {r['ms_per_frame']:.1f} ms/frame")
     if bar:
         bar.close()
     result = {"format": "neurok.bench/1", "machine": machine(), "model": str(model_path), "rows": rows,
-              "ratios": ratios(rows), "scene": "geodesic sphere, rubber, pinned slab at low x, 10 m/s^2 push + gravity, dt 1/24 s"}
+              "ratios": ratios(rows), "scene": "geodesic sphere, rubber, pinned slab at low x, 10 m/s^2 push + gravity, dt 1/24 s",
+              "cloth_scene": "1 m square sheet of cloth, top edge pinned, 6 m/s^2 sine gust at 0.7 Hz + gravity, dt 1/24 s"}
     if notes:
         result["notes"] = notes
     return result
@@ -342,8 +375,8 @@ def bench_command(json_path, model_path=None, sizes=(1000, 10000, 100000), frame
     result = bench(model_path, list(sizes), frames, **kwargs)
     write_json(json_path, result)
     for r in result["rows"]:
-        extra = (f", cpu {r['cpu_ms_per_frame']:.2f} ms/frame, cubature {r['cubature_samples']} samples "
-                 f"(force error {r['cubature_force_error']:.3f})") if "cubature_samples" in r else ""
+        extra = (f", cpu {r['cpu_ms_per_frame']:.2f} ms/frame, {r['handles']} handles, cubature {r['cubature_samples']} "
+                 f"samples (force error {r['cubature_force_error']:.3f})") if "cubature_samples" in r else ""
         print(f"{r['engine']:>13} {r['device']:>4} {r['vertices']:>7} v: encode {r['encode_ms']:8.1f} ms, "
               f"{r['ms_per_frame']:9.2f} ms/frame, peak {r['peak_mb']:7.1f} MB ({r['frames']} frames){extra}")
     for name, vals in result["ratios"].items():

@@ -29,7 +29,8 @@ import scipy.optimize
 
 TOLERANCE = 0.02          # relative error of the reduced force on the fitted poses
 CAP = 200                 # at most this many elements
-POSES = 64                # fitted poses; HELD_OUT more measure the error
+POSES = 64                # fitted poses (fewer where there are many coordinates: ROWS); HELD_OUT more measure the error
+ROWS = 12_500             # about this many rows of the fit at most (poses x density terms x (coordinates + 1))
 HELD_OUT = 24
 AMPLITUDES = (0.01, 0.03, 0.1, 0.2)   # RMS of |F - I| (solids) or of the edge strain (cloth)
 MIN_J = 0.3               # a pose is scaled back until every element keeps det F above this
@@ -183,13 +184,18 @@ def _rows(forces: ElementForces, full_weights, poses):
     return np.concatenate(blocks), np.concatenate(rhs)
 
 
+COMPRESS_COLUMNS = 1024
+
+
 def greedy_nnls(A, b, tolerance=TOLERANCE, cap=CAP):
     """Columns of A and non-negative weights w with |A w - b| <= tolerance |b| (or `cap` columns):
     the best-correlated columns with the residual are added, a few at a time, and all weights
     refitted by NNLS. Returns (indices, weights)."""
-    # the same fit on a square system: R of the QR factorisation of [A b] keeps every inner product
-    R = scipy.linalg.qr(np.column_stack([A, b]), mode="r")[0][:A.shape[1] + 1]
-    A, b = R[:, :-1], R[:, -1]
+    if A.shape[1] <= COMPRESS_COLUMNS:
+        # the same fit on a square system: R of the QR factorisation of [A b] keeps every inner
+        # product (with many columns the factorisation costs more than the whole greedy loop)
+        R = scipy.linalg.qr(np.column_stack([A, b]), mode="r")[0][:A.shape[1] + 1]
+        A, b = R[:, :-1], R[:, -1]
     norms = np.maximum(np.linalg.norm(A, axis=0), 1e-300)
     chosen = np.zeros(0, dtype=np.int64)
     w = np.zeros(0)
@@ -229,7 +235,8 @@ def fit_cubature(forces: ElementForces, full_weights, stiffness, node_basis, nod
                  tolerance=TOLERANCE, cap=CAP, seed=0) -> Cubature:
     """Elements and weights whose reduced force matches full integration (`full_weights` [E],
     summing to 1) over the body's modal poses."""
-    poses = modal_poses(forces, stiffness, node_basis, nodes, node_mass, POSES, seed)
+    count = int(np.clip(ROWS // (2 * (node_basis.shape[2] + 1)), 16, POSES))
+    poses = modal_poses(forces, stiffness, node_basis, nodes, node_mass, count, seed)
     A, b = _rows(forces, full_weights, poses)
     elements, weights = greedy_nnls(A, b, tolerance, cap)
     order = np.argsort(elements)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..core.geometry import Normalisation
 from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MATERIAL, material_omega2
 from ..core.scene import Setup, profile_value
 from . import interactions
 from .materials import DTYPE, StrainEnergy, lame
-from .subspace import Subspace, cached_subspace, cloth_local_map, solid_local_map
+from .subspace import Resolution, Subspace, cached_subspace, cloth_local_map, resolution, solid_local_map
 
 
 def _t(a, device="cpu"):
@@ -29,8 +30,16 @@ class LatentScene:
         self.model, self.setup, self.device = model, setup, device
         cfg = model.cfg
         mat = setup.material
-        self.sub = subspace or cached_subspace(setup.rest, setup.faces, mat["kind"], cfg.handles, cfg.lattice_cells,
-                                               cfg.samples, cfg.contact_samples, model.weight_field)
+        if subspace is None:
+            norm = Normalisation.of(setup.rest)
+            self.resolution = resolution(norm.forward(setup.rest), np.asarray(setup.faces), mat["kind"], cfg.handles,
+                                         cfg.lattice_cells, getattr(setup, "detail", "medium"))
+            subspace = cached_subspace(setup.rest, setup.faces, mat["kind"], self.resolution.handles,
+                                       self.resolution.lattice_cells, cfg.samples, cfg.contact_samples,
+                                       model.weight_field)
+        else:
+            self.resolution = Resolution(subspace.weights.shape[1], cfg.lattice_cells)
+        self.sub = subspace
         sub = self.sub
         self.kind = sub.kind
         self.scale = sub.norm.scale
