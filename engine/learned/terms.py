@@ -46,6 +46,7 @@ class StepContext:
     pin_b: torch.Tensor          # pin targets at the end of the step, reduced
     damping: torch.Tensor        # Rayleigh D = alpha I + beta K(q_n)
     contact_prev: torch.Tensor   # contact sample positions at q_n (friction)
+    node_heights: torch.Tensor | None = None   # the nodes' heights at q_n (floor contact: `LatentScene.floor_points`)
     exact_hessian: bool = True   # the exact elastic Hessian (Newton falls back to projected samples if needed)
     frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: interactions.py)
     fast_hessian: bool = False   # assemble the elastic Hessian in float32 (Newton's matrix only; energy and gradient stay float64)
@@ -58,7 +59,9 @@ class StepContext:
         damping = rayleigh(scene, q_n) if damping is None else damping
         prev = scene.contact_rest + torch.einsum("kid,d->ki", scene.contact_V, q_n)
         force = scene.forcing(frame) + interactions.field_force(scene, frame, q_n, qd_n)  # fields on the deformed surface
-        return cls(scene, h, q_n, qd_n, force, scene.pin_b(frame + 1), damping, prev, frame=frame)
+        heights = scene.node_heights(q_n.detach()) if scene.has_floor else None
+        return cls(scene, h, q_n, qd_n, force, scene.pin_b(frame + 1), damping, prev, frame=frame,
+                   node_heights=heights)
 
 
 def rayleigh(scene: LatentScene, q, fast=False) -> torch.Tensor:
@@ -126,23 +129,29 @@ def damping(q, ctx: StepContext, need_hess=True) -> Terms:
 
 
 def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
-    """Penalty below the floor plus sliding friction, at the contact samples."""
+    """Penalty below the floor plus sliding friction, at every vertex below it (the reference's
+    law: each as stiff as the mass it carries, k = m FLOOR_OMEGA2). The vertices are found at q
+    itself (`LatentScene.floor_points`), so the energy is that of all vertices: a fixed set of
+    samples pressed a round body unevenly (a jelly ball at rest slid 10 cm in 3 s), and a set
+    fixed at the step's start let a hard push drive the rest through the floor."""
     s = ctx.scene
-    if not s.has_floor:
+    if ctx.node_heights is None:
         return None
-    z = s.contact_rest[:, 2] + s.contact_Vz @ q
-    if float(z.detach().min()) >= s.floor:
+    points = s.floor_points(q, ctx.q_n, ctx.node_heights)
+    if points is None:
         return None
-    x = s.contact_rest + torch.einsum("kid,d->ki", s.contact_V, q)
+    V, prev, m = points
+    Vz = V[:, 2, :]
+    x = prev + torch.einsum("kid,d->ki", V, q - ctx.q_n)
     pen = torch.clamp(x[:, 2] - s.floor, max=0.0)
     touching = (pen < 0).to(q.dtype)
-    k = s.contact_mass * s.floor_k
-    kf = s.contact_mass * s.friction / ctx.h ** 2 * touching
-    slide = (x - ctx.contact_prev)[:, :2]
-    energy = 0.5 * k * torch.dot(pen, pen) + 0.5 * torch.sum(kf[:, None] * slide ** 2)
-    Vz, Vt = s.contact_V[:, 2, :], s.contact_V[:, :2, :]
-    g = k * Vz.T @ pen + torch.einsum("k,ki,kid->d", kf, slide, Vt)
-    H = k * Vz.T @ (touching[:, None] * Vz) + torch.einsum("k,kid,kie->de", kf, Vt, Vt) if need_hess else None
+    k = m * s.floor_k
+    kf = m * s.friction / ctx.h ** 2 * touching
+    slide = (x - prev)[:, :2]
+    energy = 0.5 * torch.dot(k * pen, pen) + 0.5 * torch.sum(kf[:, None] * slide ** 2)
+    Vt = V[:, :2, :]
+    g = Vz.T @ (k * pen) + torch.einsum("k,ki,kid->d", kf, slide, Vt)
+    H = Vz.T @ ((k * touching)[:, None] * Vz) + torch.einsum("k,kid,kie->de", kf, Vt, Vt) if need_hess else None
     return Terms(energy, g, H)
 
 
