@@ -83,10 +83,12 @@ class NeurokModel(nn.Module):
         self.weight_field = WeightField(self.cfg.handles, self.cfg.width)
 
     def classical_prior(self) -> "NeurokModel":
-        """Set the density's learned layers (Lame scales, correction) to zero, in place: the
-        classical material in this model's subspace. Returns the model."""
+        """Set every learned output layer to zero, in place, as an untrained model has them: the
+        density's (Lame scales, correction) and the weight field's (the handle weights are then
+        the mesh's own Laplacian eigenfunctions). The classical material in the eigenfunction
+        subspace. Returns the model."""
         with torch.no_grad():
-            for layer in (self.energy.scales[-1], self.energy.correction[-1]):
+            for layer in (self.energy.scales[-1], self.energy.correction[-1], self.weight_field.net[-1]):
                 layer.weight.zero_()
                 layer.bias.zero_()
         return self
