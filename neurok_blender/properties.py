@@ -166,6 +166,15 @@ class NeurokObjectSettings(bpy.types.PropertyGroup):
                        items=[('SOLID', "Solid", "A volume (its surface mesh is filled): soft bodies, jelly, rubber"),
                               ('CLOTH', "Cloth", "A thin sheet: cloth, leather, flags")],
                        description="Whether the mesh is a filled volume or a thin sheet")
+    detail: EnumProperty(
+        name="Detail", default='MEDIUM',
+        items=[('LOW', "Low", "Half the handles the shape asks for: stiffer folds and bends, about twice as fast"),
+               ('MEDIUM', "Medium", "As many handles as the shape asks for: a compact solid 8, a square of cloth "
+                                    "32, a slender beam about 40"),
+               ('HIGH', "High", "Twice the handles (up to 64): finer folds, ripples and bends, 2-4x slower per "
+                                "frame and a longer first preparation")],
+        description="How finely the learned engine lets the shape bend and fold (its number of handles); "
+                    "the reference engine ignores it")
     stiffness: FloatProperty(
         name="Stiffness", default=PRESETS["rubber"]["stiffness"], min=1e-3, soft_min=10.0, soft_max=1e7, precision=0,
         update=_slider_moved,

@@ -427,10 +427,12 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
     bpy.ops.object.effector_add(type='MAGNET', location=(5, 5, 5))  # a type NeuROK does not support
     bpy.context.active_object.name = "Swirl"
     select_only(flag)
+    flag.neurok.detail = 'HIGH'   # the learned engine's handles x 2: carried to the setup and the exported scene
     with check("force_fields"):
         inputs = gather.gather(bpy.context, flag)
         assert any("Swirl" in w and "not support" in w for w in inputs.warnings), inputs.warnings
         setup = inputs.setup
+        assert setup.detail == "high" and link.scene.scene_from_setup(setup)["detail"] == "high"
         assert setup.accel_table is None and [e.name for e in setup.effectors] == ["Wind"]  # the engines evaluate it
         rest = setup.rest
         table = [link.efields.total_accel(setup.effectors, 0, rest, None, link.efields.vertex_normals(rest, setup.faces),

@@ -405,7 +405,8 @@ def scene_from_setup(setup: Setup, material: dict | None = None, pin_strength: f
              "pins": _export_pins(setup, pin_strength), "forces": _export_forces(setup),
              "floor": None if setup.floor_z is None else {"z": float(setup.floor_z)},
              "colliders": [_export_collider(c) for c in setup.colliders],
-             "initial": {"velocity": [float(x) for x in setup.v0[0]] if len(setup.v0) else [0.0, 0.0, 0.0]}}
+             "initial": {"velocity": [float(x) for x in setup.v0[0]] if len(setup.v0) else [0.0, 0.0, 0.0]},
+             "detail": setup.detail}
     if meta is not None:
         scene["meta"] = meta
     return scene

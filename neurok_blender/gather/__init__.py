@@ -74,6 +74,7 @@ def gather(context, obj, check_engine: bool = True) -> Inputs:
             material=material, pin_weight=pin_weight, pin_targets=pin_targets, force_terms=force_terms,
             accel_table=table, floor_z=float(scene.neurok.floor_height) if scene.neurok.use_floor else None,
             velocity=[float(x) for x in settings.initial_velocity], colliders=colliders, effectors=effectors,
+            detail=settings.detail.lower(),
             meta={"source": "blender", "object": obj.name, "frame_start": start}, where=f"'{obj.name}'")
     except NeurokError as e:
         raise UserError(str(e).rstrip(".") + ".") from None

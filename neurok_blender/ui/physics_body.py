@@ -24,6 +24,7 @@ def draw_material(layout, st) -> None:
     if st.preset == 'CUSTOM':
         layout.label(text="Custom: the sliders differ from every built-in preset.", icon='INFO')
     layout.prop(st, "kind")
+    layout.prop(st, "detail")
     cloth = st.kind == 'CLOTH'
     col = layout.column(align=True)
     col.prop(st, "stiffness", text="Stiffness (N/m)" if cloth else "Stiffness (Pa)")
