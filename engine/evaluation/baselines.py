@@ -229,11 +229,18 @@ def _latent_size(model) -> int:
     return 12 * int(model.cfg.handles)
 
 
+def base_resolution(model):
+    """The stepper works in the model's base subspace (its weight field's handles on the base
+    lattice, at most 96 coordinates) whatever the mesh: one network for every mesh."""
+    from ..learned.subspace import Resolution
+    return Resolution(int(model.cfg.handles), int(model.cfg.lattice_cells))
+
+
 def rollout_latent_mlp(stepper: LatentMLP, model, setup: Setup, device="cpu"):
     """Predicted frames [T,N,3] and the first frame that blew up (None if stable)."""
     from ..learned.latent_scene import LatentScene
     with torch.no_grad():
-        scene = LatentScene(model, setup, device=device)
+        scene = LatentScene(model, setup, device=device, fixed=base_resolution(model))
         terms = SceneTerms(scene, stepper.latent)
         q, q_prev = _start_latents(scene, stepper.latent)
         out = np.empty((setup.frames, setup.num_vertices, 3), np.float32)
@@ -270,7 +277,7 @@ def train_latent_mlp(model_path, data_dir, minutes: float | None = 5.0, steps: i
     model, _ = load_checkpoint(model_path)
     for p in model.parameters():
         p.requires_grad_(False)
-    items = load_items(model, data_dir, ("train",))
+    items = load_items(model, data_dir, ("train",), fixed=base_resolution(model))
     if not items:
         raise NeurokError(f"{data_dir}: no training sequences for the latent-MLP baseline")
     with torch.no_grad():

@@ -205,7 +205,7 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
     from ..core.progress import ProgressBar
     from ..training.generate import GENERATOR_LATTICE, GENERATOR_SUBSTEP
     from .baselines import hold_still, pca_modal, resolve_latent_mlp, rollout_latent_mlp
-    from .oracle import OracleEngine, handles_for_latent, model_latent_size
+    from .oracle import OracleEngine, model_latent_size
     if engine is None:
         engine = (open_engine("neurok", model=model_path, device="cpu") if integrator == "backward_euler"
                   else NeurokEngine(model_path, integrator=integrator))
@@ -217,7 +217,7 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
     if baselines:
         mlp, mlp_info = resolve_latent_mlp(model_path, data_dir, json_path, latent_mlp, mlp_minutes, mlp_steps, quiet)
     latent = model_latent_size(engine)
-    handles = oracle_handles or handles_for_latent(latent)
+    handles = oracle_handles            # None: per mesh, as many as the model's (`oracle.model_handles`)
     oracle_engine = OracleEngine(handles, lattice_cells=GENERATOR_LATTICE, substep=GENERATOR_SUBSTEP) if (baselines and oracle) else None
     names = (["hold_still", "pca_modal"] + (["latent_mlp"] if mlp is not None else [])
              + (["oracle"] if oracle_engine else [])) if baselines else []
@@ -297,7 +297,9 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
                                  "pca_modal": f"per-sequence PCA (<= 8 modes) + linear 2nd-order model fitted on the first "
                                               f"{int(100 * 0.25)}% of that sequence's true frames (which it is shown), "
                                               "then rolled out", "latent_mlp": mlp_info,
-                                 "oracle": {"handles": handles, "dofs": 12 * handles, "model_latent": latent,
+                                 "oracle": {"handles": handles or "per mesh",
+                                            "dofs": 12 * handles if handles else "as many handles (12 coordinates each) as the model has on each mesh",
+                                            "model_latent": latent,
                                             "note": "the reference's energy, backward-Euler Newton in a skinning-eigenmode "
                                                     "subspace (affine handles x lowest Laplacian eigenvectors)"}},
               "ms_per_frame": _mean([r["ms_per_frame"] for r in records["neurok"]]),

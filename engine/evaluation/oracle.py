@@ -300,19 +300,31 @@ class OracleRun(Run):
         return self.oracle.iter_frames()
 
 
+def model_handles(setup: Setup, base_handles: int = 8) -> int:
+    """The handles the learned engine gives this setup's mesh (`learned.subspace.resolution`)."""
+    from ..core.geometry import Normalisation
+    from ..learned.subspace import resolution
+    x = Normalisation.of(setup.rest).forward(setup.rest)
+    return resolution(x, np.asarray(setup.faces), setup.material["kind"], base_handles,
+                      detail=getattr(setup, "detail", "medium")).handles
+
+
 class OracleEngine(Engine):
-    """The reduced oracle behind the common `Engine`/`Run` interface."""
+    """The reduced oracle behind the common `Engine`/`Run` interface. `handles` None: as many as
+    the learned engine gives each mesh (`model_handles`), so the two compare at the same size."""
     name = "oracle"
 
-    def __init__(self, handles: int = DEFAULT_HANDLES, **sim_kwargs):
+    def __init__(self, handles: int | None = DEFAULT_HANDLES, **sim_kwargs):
         self.handles, self.sim_kwargs = handles, sim_kwargs
+        self.last_handles = handles
 
     @property
-    def dofs(self) -> int:
-        return DOFS_PER_HANDLE * self.handles
+    def dofs(self) -> int | None:
+        return None if self.handles is None else DOFS_PER_HANDLE * self.handles
 
     def prepare(self, setup: Setup) -> Run:
-        return OracleRun(setup, self.handles, **self.sim_kwargs)
+        self.last_handles = self.handles or model_handles(setup)
+        return OracleRun(setup, self.last_handles, **self.sim_kwargs)
 
 
 def oracle_rollout(setup: Setup, handles: int = DEFAULT_HANDLES, **sim_kwargs):

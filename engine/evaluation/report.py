@@ -44,6 +44,11 @@ def _rel(p):
         return str(p)
 
 
+def _oracle_size(dofs) -> str:
+    """'96 DOFs' for a fixed oracle size; the phrase itself when the oracle follows the model's handles."""
+    return f"{dofs} DOFs" if isinstance(dofs, (int, float)) else str(dofs or "unknown size")
+
+
 def _fig_link(path, docs):
     """Path of a figure relative to the report's folder."""
     try:
@@ -250,16 +255,16 @@ def findings(scenes, beam, stress, result) -> list[str]:
 # =========================================================================== tables
 
 def headline_table(scenes) -> str:
-    header = ["scene", "vertices", "volume min", "strain", "max strain", "flipped", "rel_l2 1..24 model", "oracle",
+    header = ["scene", "vertices", "handles", "volume min", "strain", "max strain", "flipped", "rel_l2 1..24 model", "oracle",
               "noise floor", "hold still", "rel_l2 whole model", "oracle", "hold still", "amplitude"]
     rows = []
     for r in scenes.get("scenes", []):
         if "neurok" not in r:
-            rows.append([r["name"], r.get("vertices"), r.get("error", "failed")] + [""] * (len(header) - 3))
+            rows.append([r["name"], r.get("vertices"), "", r.get("error", "failed")] + [""] * (len(header) - 4))
             continue
         nf = r.get("noise_floor", {})
         h_m, h_o, h_s = r["neurok"]["horizons"], r["oracle"]["horizons"], r["hold_still"]["horizons"]
-        rows.append([r["name"], r["vertices"], _three(r, "volume_ratio_min", _ratio),
+        rows.append([r["name"], r["vertices"], r.get("handles", ""), _three(r, "volume_ratio_min", _ratio),
                      _three(r, "strain_mean", _pct), _three(r, "strain_max", lambda v: _pct(v, 0)),
                      _three(r, "flipped_max", lambda v: _pct(v, 0)),
                      f"**{fmt(h_m.get('24'), 3)}**", fmt(h_o.get("24"), 3),
@@ -506,7 +511,7 @@ def _scene_fields(scenes, beam, stress, result, cfg, figs, docs) -> dict:
     """Placeholders of the sections on the scenes, the beam and the stress runs."""
     q, b = (beam or {}).get("material", {}), beam or {}
     return {
-        "oracle_dofs": scenes.get("oracle", {}).get("dofs"), "model_latent": scenes.get("oracle", {}).get("model_latent") or "unknown",
+        "oracle_dofs": _oracle_size(scenes.get("oracle", {}).get("dofs")), "model_latent": scenes.get("oracle", {}).get("model_latent") or "unknown",
         "findings": "\n".join(f"- {f}" for f in findings(scenes, beam, stress, result)),
         "scene_frames": cfg["scene_frames"],
         "reference_settings": ", ".join(f"{k} {v:.4g}" for k, v in scenes.get("reference_settings", {}).items()),

@@ -21,7 +21,7 @@ from ..training.generate import GENERATOR_LATTICE, GENERATOR_SUBSTEP
 from .distances import bbox_diagonal, rel_l2_curve
 from .metrics import predict, sequence_metrics, truth_measures
 from .noise import noise_floor_for
-from .oracle import OracleEngine, handles_for_latent, model_latent_size
+from .oracle import OracleEngine, model_handles
 from .physical import beam_quantities, compare
 from .render import animation, contact_sheet
 from .scenes import beam_mesh, beam_scene, evaluation_scenes
@@ -46,8 +46,7 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
     out, fig_dir = Path(out), Path(fig_dir)
     (out / "scenes").mkdir(parents=True, exist_ok=True)
     engine = open_engine("neurok", model=model_path, device="cpu")
-    latent = model_latent_size(engine)
-    handles = cfg.get("oracle_handles") or handles_for_latent(latent)
+    handles = cfg.get("oracle_handles")            # None: per mesh, as many as the model's
     oracle = OracleEngine(handles, **REFERENCE_SETTINGS)
     cases, notes = evaluation_scenes(cfg["scenes"], cfg["scene_frames"], out / "meshes")
     bar = None if quiet else ProgressBar(len(cases), "scenes")
@@ -71,6 +70,7 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
         still = rel_l2_curve(np.repeat(true[:1], len(true), 0), true, diag)
         mm = sequence_metrics(pred, true, setup, fault, truth=truth, keep_series=True)
         mo = sequence_metrics(po, true, setup, fo, truth=truth, keep_series=True)
+        row.update(handles=oracle.last_handles)
         row.update(neurok=_summary(mm), oracle=_summary(mo), reference={"plausibility": truth["summary"]},
                    hold_still={"rel_l2_mean": float(still[1:].mean()), "horizons": {
                        "24": float(still[1:25].mean()) if len(still) > 24 else None,
@@ -86,7 +86,7 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
         columns = {"reference": true, "neurok": pred, "oracle": po}
         floor = setup.floor_z
         row["sheet"] = str(contact_sheet(columns, setup.faces, fig_dir / f"eval_{name}_sheet.png", floor_z=floor,
-                                         title=f"{name}: reference | NeuROK model | oracle ({12 * handles} DOFs)"))
+                                         title=f"{name}: reference | NeuROK model | oracle ({oracle.last_handles} handles each)"))
         row["gif"] = str(animation(columns, setup.faces, fig_dir / f"eval_{name}.gif", dt=setup.dt, floor_z=floor,
                                    max_frames=cfg.get("gif_frames", 48)))
         row["seconds"] = round(time.perf_counter() - t0, 1)
@@ -96,7 +96,10 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
                                   f"hold {still[1:].mean():.3f}")
     if bar:
         bar.close()
-    return {"scenes": rows, "notes": notes, "oracle": {"handles": handles, "dofs": 12 * handles, "model_latent": latent},
+    same = "as many handles (12 coordinates each) as the model has on each mesh"
+    return {"scenes": rows, "notes": notes,
+            "oracle": {"handles": handles or "per mesh", "dofs": 12 * handles if handles else same,
+                       "model_latent": "per mesh (its handles, `learned/subspace.resolution`)"},
             "reference_settings": REFERENCE_SETTINGS}
 
 
@@ -104,7 +107,7 @@ def run_beam(cfg, model_path) -> dict:
     """Sag, first frequency and damping ratio of the pinned beam: reference, model, oracle."""
     setup = setup_from_scene(beam_mesh(), beam_scene(cfg["beam_frames"]))
     engine = open_engine("neurok", model=model_path, device="cpu")
-    handles = cfg.get("oracle_handles") or handles_for_latent(model_latent_size(engine))
+    handles = cfg.get("oracle_handles")            # None: as many as the model's
     runs = {"reference": (reference_rollout(setup), None, None)}
     pred, fault, err, _ = predict(engine, setup)
     runs["neurok"] = (pred, fault, err)
@@ -115,5 +118,5 @@ def run_beam(cfg, model_path) -> dict:
     for n, (_, f, e) in runs.items():
         quantities[n].update(fault=f, error=e)
     return {"frames": setup.frames, "vertices": int(setup.num_vertices), "material": setup.material,
-            "length": 0.5, "width": 0.08, "quantities": quantities, "relative_errors": compare(quantities),
+            "handles": handles or model_handles(setup), "length": 0.5, "width": 0.08, "quantities": quantities, "relative_errors": compare(quantities),
             "tip_signal": signals, "dt": setup.dt}

@@ -26,14 +26,16 @@ def _t(a, device="cpu"):
 class LatentScene:
     """Everything one simulation needs in latent form."""
 
-    def __init__(self, model, setup: Setup, subspace: Subspace | None = None, device="cpu"):
+    def __init__(self, model, setup: Setup, subspace: Subspace | None = None, device="cpu",
+                 fixed: Resolution | None = None):
+        """`fixed`: this resolution instead of the one the mesh's shape asks for (`subspace.resolution`)."""
         self.model, self.setup, self.device = model, setup, device
         cfg = model.cfg
         mat = setup.material
         if subspace is None:
             norm = Normalisation.of(setup.rest)
-            self.resolution = resolution(norm.forward(setup.rest), np.asarray(setup.faces), mat["kind"], cfg.handles,
-                                         cfg.lattice_cells, getattr(setup, "detail", "medium"))
+            self.resolution = fixed or resolution(norm.forward(setup.rest), np.asarray(setup.faces), mat["kind"],
+                                                  cfg.handles, cfg.lattice_cells, getattr(setup, "detail", "medium"))
             subspace = cached_subspace(setup.rest, setup.faces, mat["kind"], self.resolution.handles,
                                        self.resolution.lattice_cells, cfg.samples, cfg.contact_samples,
                                        model.weight_field)

@@ -62,9 +62,9 @@ class WeightField(nn.Module):
         return torch.log(s.clamp(min=1e-12) / ref) * (s > 0)
 
     def forward(self, functions, spectrum):
-        """functions [n, 2H] (torch), spectrum [2H] -> weights [n, H]."""
+        """functions [n, >= 2H] (torch; the first 2H are read), spectrum -> weights [n, H]."""
         H = self.handles
-        phi = torch.nn.functional.pad(functions, (0, max(0, 2 * H - functions.shape[1])))
+        phi = torch.nn.functional.pad(functions[:, :2 * H], (0, max(0, 2 * H - functions.shape[1])))
         code = self.shape_code(spectrum, 2 * H).expand(len(phi), -1)
         correction = self.net(torch.cat([phi, code], dim=-1))
         ones = torch.ones(len(phi), 1, dtype=phi.dtype, device=phi.device)

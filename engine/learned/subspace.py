@@ -35,7 +35,7 @@ CORNERS = np.array([[i, j, k] for i in (0, 1) for j in (0, 1) for k in (0, 1)]) 
 
 DETAIL_SCALE = {"low": 0.5, "medium": 1.0, "high": 2.0}
 SHEET_HANDLES_PER_AREA = 64   # a sheet's handles per unit of normalised area (a square sheet: 32)
-COMPACT_SLENDERNESS = 1.5     # a solid's handles grow as (slenderness / this)^1.5 ...
+COMPACT_SLENDERNESS = 1.5     # a solid's handles grow as (slenderness / this)^1.25 ...
 SLENDER = 4.0                 # ... from this extent over thickness on (beams, rods); below it, base handles
 MIN_HANDLES, MAX_HANDLES = 4, 64
 MAX_LATTICE_CELLS = 24
@@ -65,12 +65,13 @@ def resolution(x, faces, kind: str, base_handles: int = 8, base_cells: int = 8, 
     A sheet bends everywhere: handles in proportion to its area, so folds and ripples of about an
     eighth of its diagonal fit (a square flag: 32). A solid keeps `base_handles` unless it is
     slender (extent / thickness 4 or more: a beam, a rod); then they grow as (extent /
-    thickness)^1.5, the handle spacing a beam's bending needs (the 6:1 pinned beam of the evaluation: 42, its sag and
-    first frequency then within 2 % of the reference's, against 57 % and 48 % with 8), and a
-    lattice with three or more cells across its thickness (one-point cells are soft in bending:
-    with 18 cells along that beam instead of 20 it sags 36 % too far). Bodies less slender did not
-    gain from more handles on the evaluation scenes (the poked torus, 3.4: 0.0136 from the
-    reference with 8, 0.0200 with 27; the toy and Suzanne: equal) but cost 3-5x as much. `detail` scales the
+    thickness)^1.25, the handle spacing a beam's bending needs (the evaluation's 6:1 pinned beam:
+    32, its sag and first frequency then within 1 % of the reference's, against 57 % and 48 %
+    with 8; 42 were no closer and 1.5x slower), and a lattice with three or more cells across
+    its thickness (one-point cells are soft in bending: with 18 cells along that beam instead of
+    20 it sags 36 % too far). Bodies less slender did not gain from more handles on the
+    evaluation scenes (the poked torus, 3.4: 0.0136 from the reference with 8, 0.0200 with 27;
+    the toy and Suzanne: equal) but cost 3-5x as much. `detail` scales the
     count (low 0.5x, medium 1x, high 2x). A coarse mesh gets no more than one handle per 8
     vertices beyond `base_handles`: Blender's 8-vertex bar at 64 handles hangs from its 4 pinned
     vertices while the handles between them let the lattice sag away (1.9 m instead of 51 mm)."""
@@ -81,7 +82,7 @@ def resolution(x, faces, kind: str, base_handles: int = 8, base_cells: int = 8, 
         wanted = min(max(base_handles, SHEET_HANDLES_PER_AREA * area), most)
         return Resolution(int(np.clip(round(scale * wanted), MIN_HANDLES, MAX_HANDLES)), base_cells)
     s = slenderness(x, faces) if len(faces) else 1.0
-    wanted = min(base_handles * (s / COMPACT_SLENDERNESS) ** 1.5 if s >= SLENDER else base_handles, most)
+    wanted = min(base_handles * (s / COMPACT_SLENDERNESS) ** 1.25 if s >= SLENDER else base_handles, most)
     handles = int(np.clip(round(scale * wanted), MIN_HANDLES, MAX_HANDLES))
     cells = max(base_cells, CELLS_PER_SLENDERNESS * s, 2.5 * np.sqrt(handles))
     return Resolution(handles, int(min(round(cells), MAX_LATTICE_CELLS)))

@@ -71,16 +71,16 @@ class TrainItem:
         self.__dict__.pop("_projection", None)
 
 
-def load_items(model, data_dir, splits=("train",), limit=None, skip=()) -> list[TrainItem]:
+def load_items(model, data_dir, splits=("train",), limit=None, skip=(), fixed=None) -> list[TrainItem]:
     """Training sequences with their latent scenes (built once: the subspace needs no training)
-    and their encoded frames."""
+    and their encoded frames. `fixed`: one resolution for every mesh (`LatentScene`)."""
     entries = [e for e in load_index(data_dir) if e.get("split", "train") in splits and e["file"] not in skip]
     items = []
     for e in entries[:limit]:
         seq = read_sequence(Path(data_dir) / e["file"])
         setup = setup_from_sequence(seq)
         with torch.no_grad():
-            scene = LatentScene(model, setup)
+            scene = LatentScene(model, setup, fixed=fixed)
         items.append(TrainItem(setup, scene, encode_frames(scene, seq.positions), e, seq.positions))
     return [i for i in items if len(i.qs) >= ROLLOUT_FRAMES[0] + 2]   # short sequences get shorter rollouts
 
@@ -102,7 +102,10 @@ def projection_loss(model, item: TrainItem) -> torch.Tensor:
                      U=torch.as_tensor(np.stack([(sub.norm.forward(item.positions[t]) - sub.rest).ravel() for t in frames], 1),
                                        dtype=DTYPE))
     c = cache
-    w = model.weight_field(c["functions"], sub.spectrum)
+    H, H0 = sub.weights.shape[1], model.weight_field.handles
+    w = model.weight_field(c["functions"], sub.spectrum)[:, :H]
+    if H > H0:      # beyond the field's outputs the mesh's eigenfunctions serve as they are (`subspace.handle_weights`)
+        w = torch.cat([w, c["functions"][:, H0:H]], dim=1)
     J = handle_jacobian(c["nodes"], c["centre"], w)
     B = (c["W"] @ J.reshape(len(c["nodes"]), -1)).reshape(-1, J.shape[-1])
     MB = c["m"][:, None] * B
