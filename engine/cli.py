@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--steps", type=_positive_int)
     budget.add_argument("--minutes", type=_positive_float)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--fit-weights", action="store_true",
+                   help="also fit the skinning weight field (off: the mesh's eigenfunctions; docs/MODEL_CARD.md)")
 
     e = sub.add_parser("eval", help="measure a model against ground-truth sequences")
     e.add_argument("--model", required=True)
@@ -162,7 +164,8 @@ def cmd_generate(args):
 
 def cmd_train(args):
     from .training.train import train
-    train(args.data, args.out, init=args.init, steps=args.steps, minutes=args.minutes, seed=args.seed)
+    train(args.data, args.out, init=args.init, steps=args.steps, minutes=args.minutes, seed=args.seed,
+          fit_weights=args.fit_weights)
 
 
 def cmd_eval(args):

@@ -42,7 +42,7 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "tiny.ckpt"
-    model, history = train(data, out, steps=STEPS, seed=SEED, quiet=True)
+    model, history = train(data, out, steps=STEPS, seed=SEED, quiet=True, fit_weights=True)
     return out, model, history
 
 
@@ -63,11 +63,23 @@ def test_a_tiny_training_run_lowers_the_loss_on_its_data(data, trained):
     out, model, history = trained
     assert len(history) == STEPS and [h["step"] for h in history] == list(range(1, STEPS + 1))
     assert [h["stage"] for h in history[:2]] == ["subspace", "subspace"] and history[-1]["stage"] == "dynamics"
-    # stage 1: the learned skinning weights fit the observed frames better than the eigenfunctions
+    # stage 1 (`fit_weights`): the learned skinning weights fit the observed frames better than the eigenfunctions
     assert _projection(load_checkpoint(out)[0], data) < _projection(NeurokModel(), data)
     before = _loss(NeurokModel(), data)
     after = _loss(load_checkpoint(out)[0], data)
     assert np.isfinite(before) and after < before
+
+
+def test_by_default_training_keeps_the_eigenfunctions_and_the_sliders(data, tmp_path):
+    """Without `fit_weights` the weight field stays at zero (the handle weights are the mesh's
+    eigenfunctions: symmetric bodies stay symmetric) and only the density's correction trains."""
+    out = tmp_path / "density.ckpt"
+    model, history = train(data, out, steps=2, seed=SEED, quiet=True)
+    assert {h["stage"] for h in history} == {"dynamics"}
+    saved = load_checkpoint(out)[0]
+    assert not saved.weight_field.net[-1].weight.any() and not saved.weight_field.net[-1].bias.any()
+    assert not saved.energy.scales[-1].weight.any()
+    assert saved.energy.correction[-1].weight.any()
 
 
 def test_the_trained_checkpoint_records_the_material_range(data, trained):

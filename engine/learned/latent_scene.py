@@ -241,7 +241,7 @@ class LatentScene:
         q, or None: those of the nodes below it (a vertex lies between its nodes: a lattice
         cell's for solids, itself for cloth, so none is missed). `z_n`: the node heights at q_n,
         which with `_node_reach` rule out most nodes without computing their height at q."""
-        dq = float(torch.linalg.norm(q.detach() - q_n))
+        dq = float(torch.linalg.norm(q.detach() - q_n.detach()))
         near = torch.nonzero(z_n - self._node_reach * dq < self.floor).flatten()
         if not len(near):
             return None

@@ -163,9 +163,17 @@ def data_statistics(items):
     return {"omega2_range": {k: [min(v), max(v)] for k, v in omega.items() if v}}
 
 
-def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, log=None, progress=None, cancel=None):
+def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, log=None, progress=None, cancel=None,
+          fit_weights=False):
     """Train (or fine-tune from `init`) and write the checkpoint `out`. `progress(fraction)` is
-    called after each step; setting the `cancel` event stops early (the checkpoint is saved)."""
+    called after each step; setting the `cancel` event stops early (the checkpoint is saved).
+
+    `fit_weights`: spend the first SUBSPACE_SHARE of the run fitting the skinning weight field
+    (stage 1). Off by default: the handle weights stay the mesh's own eigenfunctions. A fitted
+    field reads each eigenfunction's values, but where eigenvalues repeat (a sphere's, a cube's)
+    the eigenfunctions are any rotation of each other, so the field made symmetric bodies lopsided
+    (a jelly ball at rest on the floor slid 78 mm in 3 s) and lost to the plain eigenfunctions on
+    4 of the 6 held-out scenes (docs/MODEL_CARD.md)."""
     rank, world = distributed()
     torch.manual_seed(seed)                 # the same initial weights on every process
     rng = np.random.default_rng([seed, rank])   # each process its own batches
@@ -175,7 +183,8 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     out = Path(out)
     resume = out.with_name(out.name + ".resume")
     model, state = _initial_model(init, resume)
-    params = trainable_parameters(model, seed)
+    params = trainable_parameters(model, seed, fit_weights)
+    share = SUBSPACE_SHARE if fit_weights else 0.0
     items = load_items(model, data, ("train",))
     if not items:
         raise NeurokError(f"{data}: no training sequences (split 'train')")
@@ -191,7 +200,7 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     bar = None if (quiet or rank) else ProgressBar(budget[1] if budget[0] == "steps" else int(budget[1]),
                                                    f"train ({len(items)} seq)")
     history = []
-    rebuilt = step / budget[1] >= SUBSPACE_SHARE if budget[0] == "steps" else elapsed / budget[1] >= SUBSPACE_SHARE
+    rebuilt = (step / budget[1] if budget[0] == "steps" else elapsed / budget[1]) >= share
     t_start = time.perf_counter() - elapsed
     last_save = last_refresh = time.perf_counter()
     while True:
@@ -200,7 +209,7 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         if fraction >= 1.0 or (cancel is not None and cancel.is_set()):
             break
         picks = rng.choice(len(items), size=min(BATCH, len(items)), replace=False)
-        stage = "subspace" if fraction < SUBSPACE_SHARE else "dynamics"
+        stage = "subspace" if fraction < share else "dynamics"
         if stage == "dynamics" and not rebuilt:     # the subspace is final: rebuild the scenes on it
             for item in items + val_items:
                 item.rebuild(model)
@@ -208,7 +217,7 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         if stage == "subspace":
             loss = torch.stack([projection_loss(model, items[i]) for i in picks]).mean()
         else:
-            dyn = (fraction - SUBSPACE_SHARE) / (1.0 - SUBSPACE_SHARE)
+            dyn = (fraction - share) / (1.0 - share)
             frames = ROLLOUT_FRAMES[0] + int(round((ROLLOUT_FRAMES[1] - ROLLOUT_FRAMES[0]) * min(1.0, dyn)))
             losses = [loss for loss in (rollout_loss(items[i], frames, rng) for i in picks) if loss is not None]
             if not losses:
@@ -251,21 +260,27 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     return model, history
 
 
-def trainable_parameters(model, seed=0) -> list:
-    """What training changes: the skinning weight field and the density's correction. The
-    classical Lame and bending scales are held at 1 (their learned layer at zero), so stiffness in
-    Pa still means Pa after training (issue 24: 30 minutes of training had made every solid 5x
-    softer than its slider). The correction mu |m(inv) - m(0)|^2 has no gradient while its last
-    layer is exactly zero, so a correction at zero is started from small random weights."""
+def trainable_parameters(model, seed=0, fit_weights=False) -> list:
+    """What training changes: the density's correction (and the skinning weight field when
+    `fit_weights`; else its learned layer is held at zero: the eigenfunctions). The classical
+    Lame and bending scales are held at 1 (their learned layer at zero), so stiffness in Pa still
+    means Pa after training (issue 24: 30 minutes of training had made every solid 5x softer
+    than its slider). The correction mu |m(inv) - m(0)|^2 has no gradient while its last layer is
+    exactly zero, so a correction at zero is started from small random weights."""
     scales, correction = model.energy.scales, model.energy.correction[-1]
+    held = [scales] if fit_weights else [scales, model.weight_field]
     with torch.no_grad():
         scales[-1].weight.zero_()
         scales[-1].bias.zero_()
+        if not fit_weights:
+            model.weight_field.net[-1].weight.zero_()
+            model.weight_field.net[-1].bias.zero_()
         if not bool(correction.weight.any()) and not bool(correction.bias.any()):
             g = torch.Generator().manual_seed(int(seed))
             correction.weight.copy_(CORRECTION_START * torch.randn(correction.weight.shape, generator=g, dtype=DTYPE))
-    for p in scales.parameters():
-        p.requires_grad_(False)
+    for module in held:
+        for p in module.parameters():
+            p.requires_grad_(False)
     return [p for p in model.parameters() if p.requires_grad]
 
 
