@@ -43,7 +43,7 @@ def test_small_preset_writes_a_report(tmp_path):
     out = tmp_path / "out" / "small"
     result = json.loads((out / "eval.json").read_text())
     assert set(result["splits"]) >= {"heldout"} and {"hold_still", "oracle"} <= set(result["baselines"])
-    assert result["model_latent"] == 96 and result["baselines_info"]["oracle"]["handles"] == 8   # model v2: 8 handles x 12
+    assert result["model_latent"] == 96 and result["baselines_info"]["oracle"]["handles"] == "per mesh"   # as the model's
     assert set(result["energy_drift"]) == {"backward_euler", "implicit_midpoint"}               # measured, not "not available"
     assert result["splits"]["all"]["plausibility"]["strain_mean"] is not None
     assert result["reference"]["all"]["plausibility"]["strain_mean"] is not None

@@ -22,7 +22,7 @@ from engine.core.scene import SCENE_FORMAT, setup_from_scene
 from engine.evaluation.bench import bench_sheet
 from engine.evaluation.physical import beam_quantities, hanging_bar
 from engine.evaluation.scene_eval import reference_rollout
-from engine.evaluation.scenes import beam_mesh, beam_scene
+from engine.evaluation.scenes import beam_mesh, beam_scene, uv_sphere
 from engine.learned.subspace import resolution
 from engine.training.shapes import make_shape
 
@@ -104,25 +104,6 @@ def engine_centre(run, frames):
         nodes = sub.nodes + (sub.node_basis @ q)
         out.append(sub.norm.inverse((sub.node_mass[:, None] * nodes).sum(axis=0)))
     return np.array(out)
-
-
-def uv_sphere(radius, rings=16, segments=32) -> Mesh:
-    """Blender's UV sphere: rings of `segments` vertices between two poles."""
-    theta = np.pi * np.arange(1, rings) / rings
-    phi = 2 * np.pi * np.arange(segments) / segments
-    ring = np.stack([np.outer(np.sin(theta), np.cos(phi)), np.outer(np.sin(theta), np.sin(phi)),
-                     np.repeat(np.cos(theta)[:, None], segments, axis=1)], axis=-1).reshape(-1, 3)
-    vertices = radius * np.concatenate([[[0, 0, 1]], ring, [[0, 0, -1]]])
-    south = len(vertices) - 1
-    faces = []
-    for j in range(segments):
-        k = (j + 1) % segments
-        faces.append([0, 1 + j, 1 + k])
-        faces.append([south, 1 + (rings - 2) * segments + k, 1 + (rings - 2) * segments + j])
-        for i in range(rings - 2):
-            a, b = 1 + i * segments, 1 + (i + 1) * segments
-            faces += [[a + j, b + j, b + k], [a + j, b + k, a + k]]
-    return Mesh(vertices, np.array(faces, np.int32), name="uv_sphere")
 
 
 def test_a_ball_at_rest_on_the_floor_stays_put(engine):

@@ -88,6 +88,28 @@ def evaluation_scenes(names, frames, cache_dir):
     return cases, notes
 
 
+# --------------------------------------------------------------------------- a round ball (balance checks)
+
+def uv_sphere(radius, rings=16, segments=32) -> Mesh:
+    """Blender's UV sphere: rings of `segments` vertices between two poles."""
+    theta = np.pi * np.arange(1, rings) / rings
+    phi = 2 * np.pi * np.arange(segments) / segments
+    ring = np.stack([np.outer(np.sin(theta), np.cos(phi)), np.outer(np.sin(theta), np.sin(phi)),
+                     np.repeat(np.cos(theta)[:, None], segments, axis=1)], axis=-1).reshape(-1, 3)
+    vertices = radius * np.concatenate([[[0, 0, 1]], ring, [[0, 0, -1]]])
+    south = len(vertices) - 1
+    faces = []
+    for j in range(segments):
+        k = (j + 1) % segments
+        faces.append([0, 1 + j, 1 + k])
+        faces.append([south, 1 + (rings - 2) * segments + k, 1 + (rings - 2) * segments + j])
+        for i in range(rings - 2):
+            a, b = 1 + i * segments, 1 + (i + 1) * segments
+            faces += [[a + j, b + j, b + k], [a + j, b + k, a + k]]
+    return Mesh(vertices, np.array(faces, np.int32), name="uv_sphere")
+
+
+
 # --------------------------------------------------------------------------- the pinned beam
 
 def beam_mesh(length=0.5, width=0.08, cells=(24, 4, 4)) -> Mesh:

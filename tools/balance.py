@@ -1,0 +1,91 @@
+"""Balance: a ball at rest, equal and opposite pushes, a ball thrown along the floor (issue 23).
+
+    OMP_NUM_THREADS=1 .venv/bin/python tools/balance.py [--model CKPT] [--radius 0.25] [--json OUT.json]
+
+A UV sphere (`evaluation.scenes.uv_sphere`, 16 rings x 32 segments) of `--radius` metres, 72
+frames at 1/24 s (3 s), each case in the learned engine and in the reference simulator:
+- rest: rubber and jelly set on the floor under gravity; how far the centre of the vertices
+  moves sideways (mm, most over the run) and down (mm, at the end: squash and floor penetration);
+- push: no floor, no gravity; +-20 m/s^2 on the left and right thirds for 1 s; how far the
+  centre of the vertices moves (mm, most) and, for the model, the centre of its own masses
+  (the lattice nodes': the vertex centre wobbles as the embedded surface deforms);
+- throw: jelly on the floor, 2 m/s along x; where it is after 3 s (mm) and the model's over the
+  reference's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def cases(radius):
+    box = lambda lo, hi: {"box": {"min": lo, "max": hi}}   # noqa: E731
+    floor = {"z": -radius}
+    base = {"format": "neurok.scene/1", "frames": 72, "dt": 1.0 / 24.0}
+    push = {"type": "constant", "start": 0, "end": 24}
+    return {
+        "rest rubber": dict(base, material={"preset": "rubber"}, floor=floor),
+        "rest jelly": dict(base, material={"preset": "jelly"}, floor=floor),
+        "push rubber": dict(base, material={"preset": "rubber"}, gravity=[0, 0, 0], forces=[
+            {"select": box([0, 0, 0], [0.333, 1, 1]), "accel": [-20, 0, 0], "profile": push},
+            {"select": box([0.667, 0, 0], [1, 1, 1]), "accel": [20, 0, 0], "profile": push}]),
+        "throw jelly": dict(base, material={"preset": "jelly"}, floor=floor, initial={"velocity": [2.0, 0, 0]}),
+    }
+
+
+def node_centre(run, frames):
+    sub, scene = run.scene.sub, run.scene
+    out = []
+    for x in frames:
+        q = scene.encode(sub.norm.forward(x)).numpy()
+        out.append(sub.norm.inverse((sub.node_mass[:, None] * (sub.nodes + sub.node_basis @ q)).sum(axis=0)))
+    return np.array(out)
+
+
+def main(argv=None) -> int:
+    import torch
+    from engine.api import open_engine
+    from engine.core.scene import setup_from_scene
+    from engine.evaluation.scene_eval import reference_rollout
+    from engine.evaluation.scenes import uv_sphere
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=None)
+    p.add_argument("--radius", type=float, default=0.25)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    engine = open_engine("neurok", model=args.model, device="cpu")
+    ball = uv_sphere(args.radius)
+    out = {}
+    for name, scene in cases(args.radius).items():
+        setup = setup_from_scene(ball, scene)
+        run = engine.prepare(setup)
+        model = run.bake()
+        ref = reference_rollout(setup)
+        row = {}
+        for who, x in (("model", model), ("reference", ref)):
+            c = x.mean(axis=1)
+            side = 1000 * np.linalg.norm(c[:, :2] - c[0, :2], axis=1)
+            row[who] = {"sideways_mm_most": float(side.max()), "down_mm_end": float(1000 * (c[0, 2] - c[-1, 2])),
+                        "x_mm_end": float(1000 * (c[-1, 0] - c[0, 0])),
+                        "moved_mm_most": float(1000 * np.linalg.norm(c - c[0], axis=1).max())}
+        if name.startswith("push"):
+            n = node_centre(run, model[::4])
+            row["model"]["mass_centre_moved_mm_most"] = float(1000 * np.linalg.norm(n - n[0], axis=1).max())
+        if name.startswith("throw"):
+            row["model_over_reference"] = row["model"]["x_mm_end"] / row["reference"]["x_mm_end"]
+        out[name] = row
+        print(name, json.dumps(row), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
