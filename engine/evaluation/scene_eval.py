@@ -86,7 +86,7 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
         columns = {"reference": true, "neurok": pred, "oracle": po}
         floor = setup.floor_z
         row["sheet"] = str(contact_sheet(columns, setup.faces, fig_dir / f"eval_{name}_sheet.png", floor_z=floor,
-                                         title=f"{name}: reference | NeuROK model | oracle ({oracle.last_handles} handles each)"))
+                                         title=f"{name}: reference | NeuROK model | oracle, {oracle.last_handles} handles"))
         row["gif"] = str(animation(columns, setup.faces, fig_dir / f"eval_{name}.gif", dt=setup.dt, floor_z=floor,
                                    max_frames=cfg.get("gif_frames", 48)))
         row["seconds"] = round(time.perf_counter() - t0, 1)

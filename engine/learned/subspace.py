@@ -38,6 +38,7 @@ SHEET_HANDLES_PER_AREA = 64   # a sheet's handles per unit of normalised area (a
 COMPACT_SLENDERNESS = 1.5     # a solid's handles grow as (slenderness / this)^1.25 ...
 SLENDER = 4.0                 # ... from this extent over thickness on (beams, rods); below it, base handles
 MIN_HANDLES, MAX_HANDLES = 4, 64
+MAX_SOLID_HANDLES = 32        # at medium detail: a thin solid plate asked for 64 and took 216 ms a frame
 MAX_LATTICE_CELLS = 24
 VERTICES_PER_HANDLE = 8       # no more handles than the mesh's vertices can show and its pins can hold
 CELLS_PER_SLENDERNESS = 4.5   # lattice cells along the longest side per unit of slenderness (3+ across a beam)
@@ -82,7 +83,8 @@ def resolution(x, faces, kind: str, base_handles: int = 8, base_cells: int = 8, 
         wanted = min(max(base_handles, SHEET_HANDLES_PER_AREA * area), most)
         return Resolution(int(np.clip(round(scale * wanted), MIN_HANDLES, MAX_HANDLES)), base_cells)
     s = slenderness(x, faces) if len(faces) else 1.0
-    wanted = min(base_handles * (s / COMPACT_SLENDERNESS) ** 1.25 if s >= SLENDER else base_handles, most)
+    wanted = min(base_handles * (s / COMPACT_SLENDERNESS) ** 1.25 if s >= SLENDER else base_handles, most,
+                 MAX_SOLID_HANDLES)
     handles = int(np.clip(round(scale * wanted), MIN_HANDLES, MAX_HANDLES))
     cells = max(base_cells, CELLS_PER_SLENDERNESS * s, 2.5 * np.sqrt(handles))
     return Resolution(handles, int(min(round(cells), MAX_LATTICE_CELLS)))
