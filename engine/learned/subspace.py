@@ -112,8 +112,8 @@ def build_lattice(rest, faces, cells: int) -> Lattice:
     sidx = np.clip(np.floor((surface - lo) / size).astype(int), 0, counts - 1)
     if is_closed(faces):
         # share of a cell inside the surface, from its 8 corners and its centre
-        inside_c = inside_grid(rest, faces, lo, size, counts + 1, 0.0)
-        share = inside_grid(rest, faces, lo, size, counts, 0.5).astype(float)
+        inside_c = inside_share_grid(rest, faces, lo, size, counts + 1, 0.0)
+        share = inside_share_grid(rest, faces, lo, size, counts, 0.5)
         for c in CORNERS:
             share = share + inside_c[c[0]:c[0] + counts[0], c[1]:c[1] + counts[1], c[2]:c[2] + counts[2]]
         share = share / 9.0
@@ -142,11 +142,20 @@ def build_lattice(rest, faces, cells: int) -> Lattice:
     return Lattice(lo + node_grid * size, cell_nodes, size, share, W)
 
 
-def inside_grid(rest, faces, lo, size, counts, offset) -> np.ndarray:
+def inside_share_grid(rest, faces, lo, size, counts, offset) -> np.ndarray:
+    """`inside_grid` as a share: its columns are nudged off edges and vertices one way, then the
+    mirrored way, and the two answers averaged, so a point on the surface counts half and a
+    symmetric body gets symmetric masses (one nudge made a UV sphere's left third 0.8 % heavier
+    than its right, and equal and opposite pushes sent it drifting 116 mm in 3 s)."""
+    return 0.5 * (inside_grid(rest, faces, lo, size, counts, offset).astype(float)
+                  + inside_grid(rest, faces, lo, size, counts, offset, nudge=-1.0).astype(float))
+
+
+def inside_grid(rest, faces, lo, size, counts, offset, nudge=1.0) -> np.ndarray:
     """Which points of the grid lo + (i + offset) * size lie inside a closed mesh [counts]: a ray
     up each grid column crosses the surface an odd number of times above an inside point. (A
     column per loop over all triangles: fast at any vertex count, unlike winding numbers.)"""
-    jitter = np.array([1.234567e-7, 7.654321e-8]) * size     # keep columns off edges and vertices
+    jitter = nudge * np.array([1.234567e-7, 7.654321e-8]) * size     # keep columns off edges and vertices
     xs = lo[0] + (np.arange(counts[0]) + offset) * size + jitter[0]
     ys = lo[1] + (np.arange(counts[1]) + offset) * size + jitter[1]
     zs = lo[2] + (np.arange(counts[2]) + offset) * size
