@@ -67,7 +67,7 @@ def resolution(x, faces, kind: str, base_handles: int = 8, base_cells: int = 8, 
     eighth of its diagonal fit (a square flag: 32). A solid keeps `base_handles` unless it is
     slender (extent / thickness 4 or more: a beam, a rod); then they grow as (extent /
     thickness)^1.25, the handle spacing a beam's bending needs (the evaluation's 6:1 pinned beam:
-    32, its sag and first frequency then within 1 % of the reference's, against 57 % and 48 %
+    32, its sag and first frequency then 8 % and 3 % off the reference's, against 57 % and 48 %
     with 8; 42 were no closer and 1.5x slower), and a lattice with three or more cells across
     its thickness (one-point cells are soft in bending: with 18 cells along that beam instead of
     20 it sags 36 % too far). Bodies less slender did not gain from more handles on the
