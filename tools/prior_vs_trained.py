@@ -4,8 +4,9 @@
 
 For each scene of the small evaluation preset (Blender primitives and the bundled samples,
 `engine.evaluation.scenes`): the reference simulator at the data generator's settings, then the
-learned engine twice — the checkpoint as it is, and with its learned density layers (Lame scales,
-correction) set to zero, i.e. the classical material in the same subspace. Prints rel_l2 over
+learned engine twice — the checkpoint as it is, and with every learned output layer (Lame
+scales, correction, skinning weight field) set to zero (`NeurokModel.classical_prior`), i.e. the
+classical material in the eigenfunction subspace. Prints rel_l2 over
 the whole rollout (mean vertex distance / rest diagonal) beside hold-still, and the lowest volume
 / rest, the mean edge strain and the largest share of flipped triangles of each; `--sheets`
 writes a contact sheet per scene (reference | trained | prior). This is the rule for the bundled model (issue 24): until a trained
