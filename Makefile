@@ -28,9 +28,10 @@ demo: $(STAMP)
 # Training data from the reference simulator (stable neo-Hookean, quadratic cells). The folder is
 # named for the simulator and generator that made it (ref5: loads bounded by stiffness,
 # self-contact on the lattice's surface), so data of an older one is never resumed into.
-# 40 sequences took 20 minutes on 2 free cores (2.0 sequences/minute, 2026-12-02; docs/PHYSICS.md).
+# 40 sequences took 20 minutes on 2 free cores (2.0 sequences/minute, 2026-12-02; docs/PHYSICS.md);
+# 120 took 58 minutes on one core (2.1/minute, 2026-12-02). Resumable: run it again to go on.
 data: $(STAMP)
-	$(VPY) -m engine generate --out data/train_ref5 --sequences 40 --seed 1 --workers 2
+	$(VPY) -m engine generate --out data/train_ref5 --sequences 120 --seed 1 --workers 2
 
 # The default checkpoint: data (above) + 25 minutes of training, within an hour on 2 cores.
 train: data
