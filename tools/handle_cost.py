@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def measure(engine, setup, handles, base_cells):
+def measure(engine, setup, handles):
     import engine.learned.latent_scene as latent_scene
     from engine.learned.subspace import Resolution
     rule = latent_scene.resolution
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     rows = []
     for name, setup in bodies.items():
         for h in (int(s) for s in args.handles.split(",")):
-            r = dict(body=name, vertices=int(setup.num_vertices), **measure(engine, setup, h, 8))
+            r = dict(body=name, vertices=int(setup.num_vertices), **measure(engine, setup, h))
             rows.append(r)
             print(f"{name:>14} {r['vertices']:>6} v, {h:>2} handles ({r['coordinates']:>3} coordinates, "
                   f"{r['samples']:>3} samples): prepare {r['prepare_s']:5.1f} s, {r['cpu_ms_per_frame']:6.1f} ms/frame",
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
         fig, ax = plt.subplots(figsize=(6, 3.6))
         for name in bodies:
             pts = [(r["handles"], r["cpu_ms_per_frame"]) for r in rows if r["body"] == name]
-            ax.plot(*zip(*pts), "o-", label=f"{name} ({rows[0]['vertices'] if name == 'cloth sheet' else rows[-1]['vertices']} v)")
+            ax.plot(*zip(*pts), "o-", label=f"{name} ({bodies[name].num_vertices} v)")
         hs = sorted({r["handles"] for r in rows})
         ax.set_xticks(hs)
         ax.set_xlabel("handles (12 coordinates each; 9 on a flat sheet)")
