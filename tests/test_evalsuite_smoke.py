@@ -12,9 +12,7 @@ from engine.evaluation.suite import rebuild_report, run_suite
 from engine.learned.model import NeurokModel
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_small_preset_writes_a_report(tmp_path):

@@ -29,9 +29,7 @@ from engine.training.shapes import make_sample, make_shape
 ASSETS = default_model_path().parent
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def box(lo, hi):

@@ -26,9 +26,7 @@ from engine.training.shapes import make_shape
 from test_colliders_fields import box, grid_sheet, with_fields
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,7 @@ from engine.core.scene import setup_from_scene
 from engine.training.shapes import make_sample, make_shape
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from engine.api import open_engine
 from engine.core.formats import FormatError, Mesh
-from engine.core.geometry import Normalisation
 from engine.core.measures import MeshMeasures
 from engine.core.scene import SCENE_FORMAT, setup_from_scene
 from engine.evaluation.bench import bench_sheet
@@ -27,12 +25,7 @@ from engine.learned.subspace import resolution
 from engine.training.shapes import make_shape
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +38,7 @@ def scene(frames, material, **extra):
 
 
 def handles_of(mesh, kind, detail="medium"):
-    x = Normalisation.of(mesh.vertices).forward(mesh.vertices)
-    return resolution(x, np.asarray(mesh.faces), kind, detail=detail)
+    return resolution(mesh.vertices, mesh.faces, kind, detail=detail)
 
 
 def test_handles_follow_the_shape(engine):

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
 
 from engine.api import Cancelled, SimulationFault, open_engine
 from engine.cli import main
@@ -23,9 +22,7 @@ from engine.training.shapes import make_shape
 ISSUE_PUSH = 30_000.0           # m/s^2 on the lower half, as in the issue (there on Suzanne)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def capsule():

@@ -302,11 +302,8 @@ class OracleRun(Run):
 
 def model_handles(setup: Setup, base_handles: int = 8) -> int:
     """The handles the learned engine gives this setup's mesh (`learned.subspace.resolution`)."""
-    from ..core.geometry import Normalisation
     from ..learned.subspace import resolution
-    x = Normalisation.of(setup.rest).forward(setup.rest)
-    return resolution(x, np.asarray(setup.faces), setup.material["kind"], base_handles,
-                      detail=getattr(setup, "detail", "medium")).handles
+    return resolution(setup.rest, setup.faces, setup.material["kind"], base_handles, detail=setup.detail).handles
 
 
 class OracleEngine(Engine):

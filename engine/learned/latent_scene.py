@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..core.geometry import Normalisation
 from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MATERIAL, material_omega2
 from ..core.scene import Setup, profile_value
 from . import interactions
@@ -33,9 +32,8 @@ class LatentScene:
         cfg = model.cfg
         mat = setup.material
         if subspace is None:
-            norm = Normalisation.of(setup.rest)
-            self.resolution = fixed or resolution(norm.forward(setup.rest), np.asarray(setup.faces), mat["kind"],
-                                                  cfg.handles, cfg.lattice_cells, getattr(setup, "detail", "medium"))
+            self.resolution = fixed or resolution(setup.rest, setup.faces, mat["kind"], cfg.handles, cfg.lattice_cells,
+                                                  setup.detail)
             subspace = cached_subspace(setup.rest, setup.faces, mat["kind"], self.resolution.handles,
                                        self.resolution.lattice_cells, cfg.samples, cfg.contact_samples,
                                        model.weight_field)

@@ -70,9 +70,19 @@ class WeightField(nn.Module):
         ones = torch.ones(len(phi), 1, dtype=phi.dtype, device=phi.device)
         return torch.cat([ones, phi[:, 1:H] + correction], dim=-1)
 
-    def weights(self, functions, spectrum) -> np.ndarray:
+    def for_handles(self, functions, spectrum, handles: int):
+        """[n, handles] (torch): this field's weights for as many handles as it has outputs, and
+        the mesh's next eigenfunctions as they are beyond them (a sheet or a slender body may
+        need more handles than the field has outputs)."""
+        w = self(functions, spectrum)[:, :handles]
+        if handles > self.handles:
+            w = torch.cat([w, functions[:, self.handles:handles]], dim=1)
+        return w
+
+    def weights(self, functions, spectrum, handles: int) -> np.ndarray:
+        """`for_handles`, numpy in and out."""
         with torch.no_grad():
-            return self.forward(torch.as_tensor(functions, dtype=DTYPE), spectrum).cpu().numpy()
+            return self.for_handles(torch.as_tensor(functions, dtype=DTYPE), spectrum, handles).cpu().numpy()
 
 
 class NeurokModel(nn.Module):

@@ -60,8 +60,8 @@ def slenderness(x, faces) -> float:
     return float(np.ptp(x, axis=0).max()) / (6.0 * volume / area)
 
 
-def resolution(x, faces, kind: str, base_handles: int = 8, base_cells: int = 8, detail: str = "medium") -> Resolution:
-    """The handles a mesh (normalised: bounding-box diagonal 1) needs, from its geometry.
+def resolution(rest, faces, kind: str, base_handles: int = 8, base_cells: int = 8, detail: str = "medium") -> Resolution:
+    """The handles a mesh needs, from its geometry (measured with its bounding-box diagonal as 1).
 
     A sheet bends everywhere: handles in proportion to its area, so folds and ripples of about an
     eighth of its diagonal fit (a square flag: 32). A solid keeps `base_handles` unless it is
@@ -76,6 +76,7 @@ def resolution(x, faces, kind: str, base_handles: int = 8, base_cells: int = 8, 
     count (low 0.5x, medium 1x, high 2x). A coarse mesh gets no more than one handle per 8
     vertices beyond `base_handles`: Blender's 8-vertex bar at 64 handles hangs from its 4 pinned
     vertices while the handles between them let the lattice sag away (1.9 m instead of 51 mm)."""
+    x, faces = Normalisation.of(rest).forward(rest), np.asarray(faces)
     scale = DETAIL_SCALE[detail]
     most = max(base_handles, len(x) // VERTICES_PER_HANDLE)
     if kind == "cloth":
@@ -362,14 +363,9 @@ def bending_matrix(x, faces) -> sp.csr_matrix:
 
 
 def handle_weights(functions, spectrum, handles: int, weight_field=None) -> np.ndarray:
-    """[n, handles]: the learned field's weights for as many handles as it has outputs, and the
-    mesh's next eigenfunctions as they are beyond them."""
+    """[n, handles]: the lowest eigenfunctions, or the learned field's weights (`WeightField.for_handles`)."""
     handles = min(handles, functions.shape[1])
-    if weight_field is None:
-        return functions[:, :handles]
-    H0 = weight_field.handles
-    learned = weight_field.weights(functions[:, :2 * H0], spectrum[:2 * H0])
-    return np.concatenate([learned[:, :handles], functions[:, H0:handles]], axis=1)
+    return functions[:, :handles] if weight_field is None else weight_field.weights(functions, spectrum, handles)
 
 
 def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, samples: int,

@@ -102,10 +102,7 @@ def projection_loss(model, item: TrainItem) -> torch.Tensor:
                      U=torch.as_tensor(np.stack([(sub.norm.forward(item.positions[t]) - sub.rest).ravel() for t in frames], 1),
                                        dtype=DTYPE))
     c = cache
-    H, H0 = sub.weights.shape[1], model.weight_field.handles
-    w = model.weight_field(c["functions"], sub.spectrum)[:, :H]
-    if H > H0:      # beyond the field's outputs the mesh's eigenfunctions serve as they are (`subspace.handle_weights`)
-        w = torch.cat([w, c["functions"][:, H0:H]], dim=1)
+    w = model.weight_field.for_handles(c["functions"], sub.spectrum, sub.weights.shape[1])
     J = handle_jacobian(c["nodes"], c["centre"], w)
     B = (c["W"] @ J.reshape(len(c["nodes"]), -1)).reshape(-1, J.shape[-1])
     MB = c["m"][:, None] * B
