@@ -22,9 +22,9 @@ from .core.coupling import Together, link
 from .core.errors import Cancelled, FormatError, NeurokError, SimulationFault
 from .core.formats import Mesh, read_mesh, read_sequence, write_pc2, write_sequence
 from .core.run import Engine, Run
-from .core.scene import read_scene, setup_from_arrays, setup_from_scene, setup_from_sequence
+from .core.scene import read_scene, register_preset_loader, setup_from_arrays, setup_from_scene, setup_from_sequence
 from .core.setup import Setup
-from .learned.checkpoint import default_model_path
+from .learned.checkpoint import default_model_path, read_payload, read_presets
 from .learned.runtime import NeurokEngine, NeurokRun
 from .reference.engine import ReferenceEngine, ReferenceRun
 from .training.specialize import specialize
@@ -35,6 +35,9 @@ __all__ = ["Cancelled", "Engine", "FormatError", "Mesh", "NeurokEngine", "Neurok
            "setup_from_sequence", "simulate", "simulate_together", "specialize", "Together", "write_pc2", "write_sequence"]
 
 ENGINES = ("neurok", "reference")
+
+# a scene may name a material learned into the bundled checkpoint before any model is opened
+register_preset_loader(lambda: read_presets(read_payload(default_model_path())))
 
 
 def pick_device(device: str = "auto") -> str:

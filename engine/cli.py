@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--shard", help="I/N: make only sequences i with i %% N == I")
     g.add_argument("--frames", type=_positive_int, default=64)
     g.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1)
+    g.add_argument("--law", choices=("neo_hookean", "mooney_rivlin"), default="neo_hookean",
+                   help="mooney_rivlin: solids only, all of that law (the data for a learned rubber)")
+    g.add_argument("--i2-share", type=float, default=0.7,
+                   help="with --law mooney_rivlin: the share of the shear modulus on the second invariant")
 
     t = sub.add_parser("train", help="train or fine-tune a model on sequences")
     t.add_argument("--data", required=True)
@@ -73,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--fit-weights", action="store_true",
                    help="also fit the skinning weight field (off: the mesh's eigenfunctions; docs/MODEL_CARD.md)")
+    t.add_argument("--material", help="learn (or refine) only this material preset from the data, "
+                                      "keeping everything else of --init as it is")
 
     e = sub.add_parser("eval", help="measure a model against ground-truth sequences")
     e.add_argument("--model", required=True)
@@ -156,7 +162,12 @@ def _write_frames(out, setup, positions, engine):
 
 def cmd_generate(args):
     from .training.generate import generate
-    result = generate(args.out, args.sequences, args.seed, args.shard, args.workers, args.frames)
+    law = None
+    if args.law == "mooney_rivlin":
+        if not 0.0 <= args.i2_share <= 1.0:
+            raise NeurokError(f"--i2-share must be in [0, 1], got {args.i2_share}")
+        law = {"law": "mooney_rivlin", "i2_share": args.i2_share}
+    result = generate(args.out, args.sequences, args.seed, args.shard, args.workers, args.frames, law=law)
     rate = result["sequences_per_minute"]
     print(f"wrote {result['written']} sequences to {args.out} in {result['seconds']:.1f} s"
           + (f" ({rate:.1f} sequences/minute)" if rate else "") + f"; index {result['index']}")
@@ -165,7 +176,7 @@ def cmd_generate(args):
 def cmd_train(args):
     from .training.train import train
     train(args.data, args.out, init=args.init, steps=args.steps, minutes=args.minutes, seed=args.seed,
-          fit_weights=args.fit_weights)
+          fit_weights=args.fit_weights, material=args.material)
 
 
 def cmd_eval(args):

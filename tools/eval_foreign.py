@@ -9,6 +9,8 @@ the rest shape's bounding-box diagonal. Hold-still keeps frame 0 for every frame
 replays the recorded setup (`setup_from_sequence`: frame 0, gravity, pins, material, dt) with
 `open_engine('neurok', model).prepare(setup).bake()`. `ratio` = mean rel_l2 / mean hold-still
 over the sequences; `--target 0.3` marks whether each model's ratio is at most that.
+`--material NAME=PRESET` replays model NAME with the learned material PRESET (the recorded numbers,
+refined by what that preset learned; `neurok train --material`).
 `--reference` also replays with the engine's own full-space simulator (how far the recorded
 setup, material mapping included, is from what the reference physics does).
 """
@@ -37,9 +39,11 @@ def rel_l2(pred: np.ndarray, true: np.ndarray, rest: np.ndarray) -> float:
     return float((np.linalg.norm(pred - true, axis=2).mean(axis=1) / diag).mean())
 
 
-def replay(engine, seq):
+def replay(engine, seq, preset=None):
     """Predicted frames [T,N,3]; after a SimulationFault the last good frame is held."""
     setup = setup_from_sequence(seq)
+    if preset:
+        setup.material = dict(setup.material, preset=preset)
     try:
         return engine.prepare(setup).bake(), None
     except SimulationFault as fault:
@@ -48,7 +52,7 @@ def replay(engine, seq):
         return np.concatenate([good, pad]), f"fault at frame {fault.frame}"
 
 
-def evaluate(data, models: dict, split="validation", reference=False, target=None, limit=None) -> dict:
+def evaluate(data, models: dict, split="validation", reference=False, target=None, limit=None, presets=None) -> dict:
     entries = [e for e in load_index(data) if e.get("split", "train") == split]
     if limit:
         entries = entries[:limit]
@@ -66,7 +70,7 @@ def evaluate(data, models: dict, split="validation", reference=False, target=Non
                "rel_l2": {}, "seconds": {}, "faults": {}}
         for name, eng in engines.items():
             t0 = time.perf_counter()
-            pred, fault = replay(eng, seq)
+            pred, fault = replay(eng, seq, (presets or {}).get(name))
             row["seconds"][name] = round(time.perf_counter() - t0, 2)
             row["rel_l2"][name] = round(rel_l2(pred.astype(np.float64), true, seq.rest), 5)
             if fault:
@@ -82,7 +86,7 @@ def evaluate(data, models: dict, split="validation", reference=False, target=Non
         if target is not None:
             s["meets_target"] = bool(mean <= target * hold)
         summary[name] = s
-    return {"data": str(data), "split": split, "sequences": len(rows), "models": dict(models),
+    return {"data": str(data), "split": split, "sequences": len(rows), "models": dict(models), "presets": dict(presets or {}),
             "target_ratio": target, "summary": summary, "per_sequence": rows}
 
 
@@ -93,6 +97,7 @@ def main(argv=None) -> int:
     p.add_argument("--split", default="validation")
     p.add_argument("--reference", action="store_true", help="also replay with the reference simulator")
     p.add_argument("--target", type=float, default=0.3, help="ratio to hold-still that counts as met")
+    p.add_argument("--material", action="append", default=[], help="NAME=PRESET: model NAME replays with that learned material")
     p.add_argument("--limit", type=int)
     p.add_argument("--json", help="also write the JSON here")
     args = p.parse_args(argv)
@@ -103,7 +108,8 @@ def main(argv=None) -> int:
         name, _, path = spec.partition("=") if "=" in spec else (Path(spec).stem, "=", spec)
         models[name] = path
     try:
-        result = evaluate(args.data, models, args.split, args.reference, args.target, args.limit)
+        presets = dict(spec.split("=", 1) for spec in args.material if "=" in spec)
+        result = evaluate(args.data, models, args.split, args.reference, args.target, args.limit, presets)
     except NeurokError as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2

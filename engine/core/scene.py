@@ -17,7 +17,7 @@ import numpy as np
 
 from .checks import check_mesh
 from .colliders import Collider, collider_from_dict
-from .errors import FormatError
+from .errors import FormatError, NeurokError
 from .fields import total_accel, vertex_normals
 from .formats import SCENE_FORMAT, Mesh, Sequence, atomic_write_text, brief
 from .setup import DETAILS, Setup, profile_value  # noqa: F401  (profile_value: re-exported for the engines)
@@ -35,10 +35,43 @@ MATERIAL_PRESETS = {
     "leather": {"kind": "cloth", "stiffness": 2.0e4, "density": 0.8, "bending": 2.0e-3, "poisson": 0.3, "damping": 0.01, "air_damping": 0.3},
 }
 DEFAULT_MATERIAL = "rubber"
-MATERIAL_KEYS = {"kind", "preset", "stiffness", "density", "poisson", "damping", "air_damping", "bending"}
+MATERIAL_KEYS = {"kind", "preset", "stiffness", "density", "poisson", "damping", "air_damping", "bending", "law",
+                 "i2_share"}
+SOLID_LAWS = ("neo_hookean", "mooney_rivlin")
+DEFAULT_I2_SHARE = 0.7
 
 SCENE_DEFAULTS = {"frames": 120, "dt": 1.0 / 24.0, "gravity": [0.0, 0.0, -9.81], "detail": "medium"}
 PROFILE_TYPES = ("constant", "impulse", "sine", "keyframes")
+
+
+# Materials learned from data, stored in checkpoints (`learned/checkpoint.py` registers them when
+# it loads one): name -> the material (SI numbers) the learned parameters refine. A scene may name
+# them as presets; the reference simulator runs their numbers, the learned engine adds what it learned.
+LEARNED_PRESETS: dict[str, dict] = {}
+_preset_loaders = []
+
+
+def register_learned_presets(table: dict) -> None:
+    for name, material in table.items():
+        if name not in MATERIAL_PRESETS:
+            LEARNED_PRESETS[name] = {k: v for k, v in material.items() if k != "preset"}
+
+
+def register_preset_loader(loader) -> None:
+    """`loader()` -> a table for `register_learned_presets`, called once, the first time a scene
+    names a preset that is not known yet (the API registers the bundled checkpoint's)."""
+    _preset_loaders.append(loader)
+
+
+def known_presets() -> dict:
+    """Built-in and learned presets, name -> material."""
+    while _preset_loaders:
+        loader = _preset_loaders.pop(0)
+        try:
+            register_learned_presets(loader())
+        except (NeurokError, OSError):   # a missing or unreadable bundled checkpoint: no learned presets
+            pass
+    return {**MATERIAL_PRESETS, **LEARNED_PRESETS}
 
 
 def _finite(value) -> bool:
@@ -60,9 +93,10 @@ def resolve_material(material: dict | None, where: str = "material") -> dict:
     preset = material.get("preset")
     if preset is None:
         preset = "cloth" if material.get("kind") == "cloth" else DEFAULT_MATERIAL
-    if not isinstance(preset, str) or preset not in MATERIAL_PRESETS:
-        raise FormatError(f"{where}: unknown material preset {brief(preset)} (one of {', '.join(MATERIAL_PRESETS)})")
-    out = dict(MATERIAL_PRESETS[preset])
+    presets = known_presets() if preset not in MATERIAL_PRESETS else MATERIAL_PRESETS
+    if not isinstance(preset, str) or preset not in presets:
+        raise FormatError(f"{where}: unknown material preset {brief(preset)} (one of {', '.join(known_presets())})")
+    out = dict(presets[preset])
     out.update({k: v for k, v in material.items() if k != "preset"})
     out["preset"] = preset
     if out["kind"] not in ("solid", "cloth"):
@@ -80,6 +114,25 @@ def resolve_material(material: dict | None, where: str = "material") -> dict:
         raise FormatError(f"{where}: 'poisson' must be in [0, 0.5), got {out['poisson']}")
     if out["damping"] < 0 or out["air_damping"] < 0 or out["bending"] < 0:
         raise FormatError(f"{where}: damping and bending must be non-negative")
+    return _resolve_law(out, where)
+
+
+def _resolve_law(out: dict, where: str) -> dict:
+    """The solid's constitutive law: neo-Hookean (the default, no key kept) or Mooney-Rivlin
+    with the share `i2_share` of the shear modulus on the second invariant."""
+    law = out.pop("law", "neo_hookean")
+    if law not in SOLID_LAWS:
+        raise FormatError(f"{where}: unknown 'law' {brief(law)} (one of {', '.join(SOLID_LAWS)})")
+    if law == "neo_hookean":
+        if "i2_share" in out:
+            raise FormatError(f"{where}: 'i2_share' needs \"law\": \"mooney_rivlin\"")
+        return out
+    if out["kind"] != "solid":
+        raise FormatError(f"{where}: 'law' is for solids; cloth has one law")
+    share = out.get("i2_share", DEFAULT_I2_SHARE)
+    if not _finite(share) or not 0.0 <= share <= 1.0:
+        raise FormatError(f"{where}: 'i2_share' must be a number in [0, 1], got {brief(share)}")
+    out["law"], out["i2_share"] = law, float(share)
     return out
 
 

@@ -206,7 +206,7 @@ class SceneTerms:
         w0 = math.sqrt(scene.w0sq)
         const = [math.log10(max(scene.w0sq, 1e-12)) / 3.0, math.log10(max(m.get("damping", 0.0) * w0, 1e-6)) / 3.0,
                  m.get("air_damping", 0.0) * setup.dt, self.has_floor]
-        self.cond = torch.cat([scene.features.to(DTYPE).cpu(), torch.tensor(const, dtype=DTYPE)])
+        self.cond = torch.cat([scene.features[:MATERIAL_FEATURES].detach().to(DTYPE).cpu(), torch.tensor(const, dtype=DTYPE)])
 
     def features(self, t, q, q_prev):
         """Features [..., n_in] for the step t -> t+1; t is an int or a long tensor [...]."""

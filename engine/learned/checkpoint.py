@@ -16,6 +16,7 @@ import torch
 
 from ..core.errors import FormatError, NeurokError
 from ..core.formats import atomic_write_bytes
+from ..core.scene import register_learned_presets
 from .model import ModelConfig, NeurokModel
 
 CHECKPOINT_FORMAT = "neurok.checkpoint/2"
@@ -34,7 +35,8 @@ def default_model_path() -> Path:
 
 def save_checkpoint(path, model: NeurokModel, meta: dict | None = None, extra: dict | None = None) -> None:
     payload = {"format": CHECKPOINT_FORMAT, "config": json.dumps(model.cfg.to_dict()),
-               "meta": json.dumps(meta or {}), "state": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+               "meta": json.dumps(meta or {}), "state": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+               "presets": json.dumps(model.energy.preset_materials)}
     if extra:
         payload.update(extra)
     buf = io.BytesIO()
@@ -58,12 +60,25 @@ def read_payload(path) -> dict:
     return payload
 
 
+def read_presets(payload) -> dict:
+    """The learned materials a checkpoint carries: name -> the material (SI numbers) they refine."""
+    try:
+        table = json.loads(payload.get("presets", "{}"))
+    except (TypeError, ValueError):
+        raise FormatError("checkpoint: its table of learned materials is not valid JSON") from None
+    if not isinstance(table, dict) or not all(isinstance(m, dict) for m in table.values()):
+        raise FormatError("checkpoint: its table of learned materials is not a name -> material table")
+    return table
+
+
 def load_checkpoint(path, device="cpu") -> tuple[NeurokModel, dict]:
     payload = read_payload(path)
     try:
         cfg = ModelConfig(**json.loads(payload["config"]))
         meta = json.loads(payload.get("meta", "{}"))
         model = NeurokModel(cfg)
+        for name, material in read_presets(payload).items():
+            model.energy.add_preset(name, material)
         missing, unexpected = model.load_state_dict(payload["state"], strict=False)
         # a checkpoint saved before the learned skinning weights existed: their field starts
         # at zero (the eigenfunctions), which is what that model ran with
@@ -72,4 +87,5 @@ def load_checkpoint(path, device="cpu") -> tuple[NeurokModel, dict]:
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise FormatError(f"{path}: checkpoint does not match the model ({type(e).__name__}: {' '.join(str(e).split())[:120]})") from None
     model.to(device).eval()
+    register_learned_presets(model.energy.preset_materials)
     return model, meta

@@ -14,7 +14,7 @@ import torch
 from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MATERIAL, material_omega2
 from ..core.scene import Setup, profile_value
 from . import interactions
-from .materials import DTYPE, StrainEnergy, lame
+from .materials import DTYPE, lame
 from .subspace import Resolution, Subspace, cached_subspace, cloth_local_map, resolution, solid_local_map
 
 
@@ -45,7 +45,6 @@ class LatentScene:
         self.scale = sub.norm.scale
         self.dims = sub.dims
         self.w0sq = material_omega2(mat, self.scale)
-        self.features = StrainEnergy.features(mat).to(device)
         self.mu, self.lam = lame(mat.get("poisson", 0.3))
         self.U = _t(sub.node_basis, device)                     # [n,3,d]
         self.V = _t(sub.vertex_basis, device)                   # [N,3,d]
@@ -60,6 +59,12 @@ class LatentScene:
         self._encoder()
         self.q0 = self.encode(sub.norm.forward(setup.x0))
         self.qd0 = self.encode_velocity(setup.v0 / self.scale)
+
+    @property
+    def features(self):
+        """The material's features and its learned numbers, if it is a learned material (made
+        on each use, so they carry gradients while that material is learned)."""
+        return self.model.energy.features_for(self.setup.material).to(self.device)
 
     # ----- elastic cubature
 

@@ -13,6 +13,11 @@ cloth), so the stiffness slider multiplies the whole elastic energy exactly.
 - Learned correction (`StrainEnergy`): the Lame parameters scaled by exp(a(material)), exp(b(..)),
   plus mu * |m(invariants) - m(rest invariants)|^2 from a small network, whose last layer starts
   at zero, so an untrained model is exactly the classical material.
+- Learned materials (presets): a few numbers per material, learned from data only (Blender's own
+  cloth bakes, a Mooney-Rivlin rubber, a user's bake): log-multipliers of the material's stiffness,
+  Lame lambda, bending and both dampings, and the weight c of the second-invariant term
+  c mu/2 (I2~ - I1~) (isochoric invariants; third order at rest, so small-strain stiffness stays
+  the slider's): neo-Hookean + s mu/2 (I2~ - I1~) is the Mooney-Rivlin law with share s on I2.
 
 Energies, gradients and Hessians per sample are written out by the chain rule over the two
 invariants (a = |F|^2 - 3, log J for solids; the sum and the sum of squares of the edge strains
@@ -27,6 +32,9 @@ from torch import nn
 
 DTYPE = torch.float64
 CORRECTION_WIDTH = 32
+BASE_FEATURES = 2                # (cloth?, poisson): what the scale and correction networks read
+# a learned material's numbers, appended to the base features (all zero: the material as it is)
+PRESET_PARAMETERS = ("log_stiffness", "log_lambda", "log_bending", "log_damping", "log_air_damping", "i2_term")
 
 
 def lame(poisson):
@@ -109,6 +117,8 @@ class StrainEnergy(nn.Module):
         for layer in (self.scales[-1], self.correction[-1]):
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
+        self.presets = nn.ParameterDict()     # learned materials: name -> [len(PRESET_PARAMETERS)]
+        self.preset_materials = {}            # name -> the material (SI numbers) its parameters refine
         self.to(DTYPE)
         self._classical_version = None
         self._scale_cache = {}
@@ -116,22 +126,73 @@ class StrainEnergy(nn.Module):
 
     @staticmethod
     def features(material: dict) -> torch.Tensor:
+        """The base features every material has: [cloth?, (poisson - 0.3) * 5]."""
         cloth = material["kind"] == "cloth"
         return torch.tensor([1.0 if cloth else 0.0, (float(material.get("poisson", 0.3)) - 0.3) * 5.0], dtype=DTYPE)
 
+    # ----- learned materials
+
+    def add_preset(self, name: str, material: dict) -> nn.Parameter:
+        """A new learned material starting as `material` exactly (its parameters at zero)."""
+        self.presets[name] = nn.Parameter(torch.zeros(len(PRESET_PARAMETERS), dtype=DTYPE))
+        self.preset_materials[name] = {k: v for k, v in material.items() if k != "preset"}
+        return self.presets[name]
+
+    def preset_for(self, material: dict) -> str | None:
+        """The learned material a scene's material uses: the one it names, else for a solid with
+        the Mooney-Rivlin law the learned rubber of that law with the nearest share."""
+        name = material.get("preset")
+        if name in self.presets:
+            return name
+        if material.get("law") == "mooney_rivlin":
+            rubbers = [(abs(m.get("i2_share", 0.0) - material.get("i2_share", 0.0)), n)
+                       for n, m in self.preset_materials.items() if m.get("law") == "mooney_rivlin"]
+            return min(rubbers)[1] if rubbers else None
+        return None
+
+    def features_for(self, material: dict) -> torch.Tensor:
+        """Base features + the parameters of the learned material it uses (zeros if none; they
+        carry gradients when that material is being learned)."""
+        name = self.preset_for(material)
+        params = self.presets[name] if name else torch.zeros(len(PRESET_PARAMETERS), dtype=DTYPE)
+        return torch.cat([self.features(material), params])
+
+    @staticmethod
+    def damping_scales(feats):
+        """Multipliers of the (stiffness-proportional, mass-proportional) damping."""
+        if len(feats) <= BASE_FEATURES:
+            return 1.0, 1.0
+        return torch.exp(feats[BASE_FEATURES + 3]), torch.exp(feats[BASE_FEATURES + 4])
+
+    @staticmethod
+    def i2_weight(feats):
+        """c of c mu/2 (I2~ - I1~), in (-1, 1); None while it is exactly zero and not learned."""
+        if len(feats) <= BASE_FEATURES + 5:
+            return None
+        raw = feats[BASE_FEATURES + 5]
+        if not raw.requires_grad and float(raw) == 0.0:
+            return None
+        return torch.tanh(raw)
+
     def log_scales(self, feats):
-        """Learned log-multipliers of (mu, lambda, bending), bounded to a factor of e^2. Outside
-        training they are the same for every call of a material: cached on the parameters'
-        version counters and the material's features."""
+        """Learned log-multipliers of (mu, lambda, bending): the scale network's, bounded to a
+        factor of e^2, plus the learned material's own. The network's part is the same for every
+        call of a material outside training: cached on the parameters' version counters and the
+        material's base features."""
         params = self._scale_parameters
+        base = feats[:BASE_FEATURES]
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-            return 2.0 * torch.tanh(self.scales(feats) / 2.0)
-        key = (tuple((p._version, p.data_ptr()) for p in params), tuple(feats.tolist()), feats.device, feats.dtype)
-        if key not in self._scale_cache:
-            if len(self._scale_cache) > 64:
-                self._scale_cache.clear()
-            self._scale_cache[key] = 2.0 * torch.tanh(self.scales(feats) / 2.0)
-        return self._scale_cache[key]
+            net = 2.0 * torch.tanh(self.scales(base) / 2.0)
+        else:
+            key = (tuple((p._version, p.data_ptr()) for p in params), tuple(base.tolist()), feats.device, feats.dtype)
+            if key not in self._scale_cache:
+                if len(self._scale_cache) > 64:
+                    self._scale_cache.clear()
+                self._scale_cache[key] = 2.0 * torch.tanh(self.scales(base) / 2.0)
+            net = self._scale_cache[key]
+        if len(feats) > BASE_FEATURES:
+            return net + feats[BASE_FEATURES:BASE_FEATURES + 3]
+        return net
 
     def bending_scale(self, feats):
         return torch.exp(self.log_scales(feats)[2])
@@ -150,8 +211,9 @@ class StrainEnergy(nn.Module):
 
     def _correction(self, inv, feats, need_jacobian=True):
         """r = m(inv) - m(0) [K,2] and dr/dinv [K,2,2]."""
-        x = torch.cat([inv, feats.to(inv).expand(inv.shape[0], 2)], dim=-1)
-        x0 = torch.cat([torch.zeros(1, 2, dtype=inv.dtype, device=inv.device), feats.to(inv)[None]], dim=-1)
+        base = feats[:BASE_FEATURES].to(inv)
+        x = torch.cat([inv, base.expand(inv.shape[0], BASE_FEATURES)], dim=-1)
+        x0 = torch.cat([torch.zeros(1, 2, dtype=inv.dtype, device=inv.device), base[None]], dim=-1)
         if need_jacobian:
             m, J = mlp_with_jacobian(self.correction, x, 2)
         else:
@@ -170,6 +232,9 @@ class StrainEnergy(nn.Module):
         if self.corrected():
             r, _ = self._correction(torch.stack([a, logJ], -1), feats, need_jacobian=False)
             psi = psi + mu * (r ** 2).sum(-1)
+        c = self.i2_weight(feats)
+        if c is not None:
+            psi = psi + c * mu_s * isochoric_difference(y)
         return psi
 
     def solid(self, y, feats, mu, lam, need_hess=True, project=True):
@@ -200,6 +265,10 @@ class StrainEnergy(nn.Module):
         dL = cof / J[:, None]
         grad = 2.0 * phi_a[:, None] * y + phi_L[:, None] * dL
         if not need_hess:
+            c = self.i2_weight(feats)
+            if c is not None:
+                b, db = isochoric_difference_terms(y.detach(), need_hess=False)
+                psi, grad = psi + c * mu_s * b, grad + (c * mu_s) * db
             return psi, grad, None
         d2J = (y @ DET_HESSIAN.to(y)).reshape(-1, 9, 9)
         hess = (phi_L / J)[:, None, None] * d2J + (S_LL - phi_L)[:, None, None] * _outer(dL, dL)
@@ -207,6 +276,10 @@ class StrainEnergy(nn.Module):
         if correction:
             da = 2.0 * y
             hess = hess + S[:, 0, 0, None, None] * _outer(da, da) + S[:, 0, 1, None, None] * (_outer(da, dL) + _outer(dL, da))
+        c = self.i2_weight(feats)
+        if c is not None:
+            b, db, d2b = isochoric_difference_terms(y.detach())
+            psi, grad, hess = psi + c * mu_s * b, grad + (c * mu_s) * db, hess + (c * mu_s) * d2b
         return psi, grad, project_psd(hess) if project else hess
 
     # ----- cloth: local coordinates are the two edges (x1 - x0, x2 - x0) of a sample triangle
@@ -249,6 +322,34 @@ class StrainEnergy(nn.Module):
             G = Jr @ dinv                                              # [K,2,6]
             hess = hess + (2.0 / 3.0) * G.transpose(-1, -2) @ G
         return psi, grad, hess
+
+
+def isochoric_difference(y):
+    """(I2~ - I1~) / 2 per sample from vec F [K,9]: I1~ = J^(-2/3) |F|^2, I2~ = J^(-4/3) |cof F|^2.
+    Zero at rest with its gradient, and its Hessian there too (both isochoric invariants are
+    3 + 2|dev eps|^2 to second order), so it changes no small-strain stiffness; nan where J <= 0."""
+    F = y.reshape(-1, 3, 3)
+    J = determinant(F)
+    C = F.transpose(-1, -2) @ F
+    I1 = (y * y).sum(-1)
+    I2 = 0.5 * (I1 ** 2 - (C * C).sum((-1, -2)))
+    Jc = torch.where(J > 0, J, torch.full_like(J, float("nan")))
+    return 0.5 * (Jc ** (-4.0 / 3.0) * I2 - Jc ** (-2.0 / 3.0) * I1)
+
+
+def _isochoric_difference_one(y):
+    return isochoric_difference(y[None])[0]
+
+
+def isochoric_difference_terms(y, need_hess=True):
+    """(value [K], gradient [K,9], Hessian [K,9,9]) of `isochoric_difference`, by forward-over-
+    reverse differentiation batched over the samples (only a learned material uses it)."""
+    from torch.func import grad, hessian, vmap
+    value = isochoric_difference(y)
+    g = vmap(grad(_isochoric_difference_one))(y)
+    if not need_hess:
+        return value, g
+    return value, g, vmap(hessian(_isochoric_difference_one))(y)
 
 
 def project_psd(H):

@@ -68,9 +68,10 @@ def rayleigh(scene: LatentScene, q, fast=False) -> torch.Tensor:
     """Rayleigh damping D = alpha I + beta K(q) (the mass matrix is I in this basis), with K made
     positive semi-definite (`stiffness_psd`). `fast`: K assembled in float32."""
     mat = scene.setup.material
-    D = float(mat.get("air_damping", 0.0)) * torch.eye(scene.dims, dtype=DTYPE, device=q.device)
+    beta, alpha = scene.model.energy.damping_scales(scene.features)     # a learned material's multipliers
+    D = float(mat.get("air_damping", 0.0)) * alpha * torch.eye(scene.dims, dtype=DTYPE, device=q.device)
     if mat.get("damping", 0.0) > 0:
-        D = D + float(mat["damping"]) * stiffness_psd(scene, q, fast)
+        D = D + float(mat["damping"]) * beta * stiffness_psd(scene, q, fast)
     return D
 
 

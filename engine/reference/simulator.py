@@ -91,7 +91,8 @@ class ReferenceSimulator:
             self.lattice = lat
             self.W = lat.W
             self.rest_dofs = lat.nodes
-            self.elastic = StableNeoHookean(lat.nodes, lat.tets, mat["stiffness"], mat["poisson"], order=order)
+            self.elastic = StableNeoHookean(lat.nodes, lat.tets, mat["stiffness"], mat["poisson"], order=order,
+                                            i2_share=mat.get("i2_share", 0.0))
             self.dof_mass = mat["density"] * lat.node_volume
         self.self_contact = (LatticeSelfContact(self.lattice, mat["stiffness"])
                              if self.lattice is not None and self_contact else None)

@@ -5,7 +5,17 @@ Energy density (Smith, de Goes & Kim 2018, in the rest-stable form of Kim & Eber
     psi(F) = mu/2 (|F|^2 - 3) - mu (J - 1) + (lam + mu)/2 (J - 1)^2,      J = det F
 
 with Lame parameters mu, lam from Young's modulus and Poisson's ratio. Linearised this is exactly
-linear elasticity, mu |eps|^2 + lam/2 tr(eps)^2 (hence lam + mu, not lam). It is smooth through
+linear elasticity, mu |eps|^2 + lam/2 tr(eps)^2 (hence lam + mu, not lam).
+
+A second law, Mooney-Rivlin (`law: mooney_rivlin` in a scene), is a data source for learning a
+rubber the learned engine's prior does not contain. A share s (`i2_share`) of the small-strain
+shear modulus is carried by the second invariant:
+
+    psi = (1 - s) psi_SNH + s [mu/2 (I2~ - 3) + kappa/2 (J - 1)^2],   I2~ = J^(-4/3) |cof F|^2,
+
+kappa = lam + 2 mu / 3, so it linearises to the same linear elasticity (a hanging bar stretches
+the same) and differs only at large strain, where the I2 term stiffens less in tension and more
+in shear than neo-Hookean. Its Hessian is written out and projected per point (eigh of 9 x 9). It is smooth through
 J = 0 and its volume term grows on both sides of J = 1, so an inverted element is pushed back:
 unlike corotated elasticity there is no stable inverted (pancaked) state.
 
@@ -127,12 +137,49 @@ def inversion_barrier(J, J0=BARRIER_J):
     return b * inside, db * inside, d2b * inside
 
 
-class StableNeoHookean:
-    """Elastic energy of a tetrahedral mesh (`tets` [T,4] or [T,10]) over node positions."""
+# Levi-Civita symbol: d2 det F / dF_ij dF_kl = eps_ikm eps_jln F_mn
+LEVI_CIVITA = np.zeros((3, 3, 3))
+for _i, _j, _k in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
+    LEVI_CIVITA[_i, _j, _k], LEVI_CIVITA[_i, _k, _j] = 1.0, -1.0
 
-    def __init__(self, nodes, tets, young, poisson, order=2, barrier=True):
+
+def second_invariant_terms(F, mu, kappa):
+    """psi, dpsi/dF [P,3,3] and the projected Hessian [P,9,9] (row-major vec F) of
+    mu/2 (J^(-4/3) I2 - 3) + kappa/2 (J - 1)^2, I2 = |cof F|^2 = (I1^2 - |F^T F|^2) / 2."""
+    eye = np.eye(3)
+    C = np.swapaxes(F, -1, -2) @ F
+    B = F @ np.swapaxes(F, -1, -2)
+    I1 = np.einsum("pij,pij->p", F, F)
+    I2 = 0.5 * (I1 ** 2 - np.einsum("pij,pij->p", C, C))
+    J = np.linalg.det(F)
+    cof = cofactor(F)
+    f = J ** (-4.0 / 3.0)
+    dI2 = 2.0 * (I1[:, None, None] * F - F @ C)
+    df = (-4.0 / 3.0) * (f / J)[:, None, None] * cof
+    psi = 0.5 * mu * (f * I2 - 3.0) + 0.5 * kappa * (J - 1.0) ** 2
+    P = 0.5 * mu * (f[:, None, None] * dI2 + I2[:, None, None] * df) + (kappa * (J - 1.0))[:, None, None] * cof
+    outer = lambda a, b: np.einsum("pij,pkl->pijkl", a, b)
+    d2I2 = 2.0 * (2.0 * outer(F, F) + np.einsum("p,ik,jl->pijkl", I1, eye, eye) - np.einsum("ik,plj->pijkl", eye, C)
+                  - np.einsum("pil,pkj->pijkl", F, F) - np.einsum("pik,jl->pijkl", B, eye))
+    d2J = np.einsum("ikm,jln,pmn->pijkl", LEVI_CIVITA, LEVI_CIVITA, F)
+    d2f = ((28.0 / 9.0) * (f / J ** 2))[:, None, None, None, None] * outer(cof, cof) \
+        - ((4.0 / 3.0) * f / J)[:, None, None, None, None] * d2J
+    H = 0.5 * mu * (f[:, None, None, None, None] * d2I2 + outer(df, dI2) + outer(dI2, df)
+                    + I2[:, None, None, None, None] * d2f) \
+        + kappa * outer(cof, cof) + (kappa * (J - 1.0))[:, None, None, None, None] * d2J
+    H = H.reshape(len(F), 9, 9)
+    vals, vecs = np.linalg.eigh(0.5 * (H + np.swapaxes(H, 1, 2)))
+    return psi, P, (vecs * np.maximum(vals, 0.0)[:, None, :]) @ np.swapaxes(vecs, 1, 2)
+
+
+class StableNeoHookean:
+    """Elastic energy of a tetrahedral mesh (`tets` [T,4] or [T,10]) over node positions;
+    `i2_share` > 0: the Mooney-Rivlin law (module docstring)."""
+
+    def __init__(self, nodes, tets, young, poisson, order=2, barrier=True, i2_share=0.0):
         self.tets, self.order = tets, order
         self.mu, self.lam = lame(young, poisson)
+        self.i2_share = float(i2_share)
         self.barrier = barrier          # the simulator turns it off while a state is inverted
         corners = nodes[tets[:, :4]]
         Dm = np.transpose(corners[:, 1:] - corners[:, :1], (0, 2, 1))            # columns = edges
@@ -156,7 +203,7 @@ class StableNeoHookean:
     def energy_grad_hess(self, y, need_hess=True):
         """Energy, gradient [3n] and PSD Hessian (sparse); with the barrier on, a state with an
         inverted quadrature point has infinite energy (returned as (inf, None, None))."""
-        mu, lam = self.mu, self.lam
+        mu, lam, s = self.mu, self.lam, self.i2_share
         F = self.deformation(y)                                                    # [T,Q,3,3]
         J = np.linalg.det(F)
         if self.barrier and J.min() <= 0.0:
@@ -165,18 +212,24 @@ class StableNeoHookean:
         psi = 0.5 * mu * (np.einsum("tqij,tqij->tq", F, F) - 3.0) - mu * (J - 1.0) + 0.5 * (lam + mu) * (J - 1.0) ** 2
         c = mu * (J - 2.0) + lam * (J - 1.0)                                       # coefficient of cof F
         a = lam + mu                                                               # ... and of cof F cof F^T
+        psi, c, a, mu_n = (1.0 - s) * psi, (1.0 - s) * c, (1.0 - s) * a, (1.0 - s) * mu   # the neo-Hookean share
         if self.barrier:
             b, db, d2b = inversion_barrier(J)
             psi, c, a = psi + (lam + mu) * b, c + (lam + mu) * db, a + (lam + mu) * d2b
+        P = mu_n * F + c[..., None, None] * cof
+        if s > 0.0:
+            psi2, P2, H2 = second_invariant_terms(F.reshape(-1, 3, 3), mu, lam + 2.0 * mu / 3.0)
+            psi, P = psi + s * psi2.reshape(J.shape), P + s * P2.reshape(F.shape)
         energy = float(np.sum(self.wv * psi))
-        P = mu * F + c[..., None, None] * cof
         g_e = (self.dN @ np.swapaxes(self.wv[..., None, None] * P, 2, 3)).sum(axis=1)   # [T,k,3]
         grad = np.bincount(dofs3(self.tets).ravel(), weights=g_e.ravel(), minlength=y.size)
         if not need_hess:
             return energy, grad, None
         T, Qn = J.shape
         a = np.broadcast_to(a, J.shape).ravel()
-        H9 = projected_pointwise_hessian(F.reshape(-1, 3, 3), mu, c.ravel(), a).reshape(T, Qn, 9, 9)
+        H9 = projected_pointwise_hessian(F.reshape(-1, 3, 3), mu_n, c.ravel(), a).reshape(T, Qn, 9, 9)
+        if s > 0.0:
+            H9 = H9 + s * H2.reshape(T, Qn, 9, 9)
         HG = (self.wv[..., None, None] * H9) @ self.G                              # [T,Q,9,3k]
         k3 = self.G.shape[-1]
         blocks = np.swapaxes(self.G.reshape(T, Qn * 9, k3), 1, 2) @ HG.reshape(T, Qn * 9, k3)

@@ -178,10 +178,13 @@ def twist_accelerations(setup: Setup, twist: dict) -> np.ndarray:
     return table
 
 
-def simulate_random_scene(rng, mesh, kind, frames, dt):
+def simulate_random_scene(rng, mesh, kind, frames, dt, law=None):
     """Draw a random scene for `mesh` and run it with the reference simulator at the generator's
-    settings. Returns (scenario name, Setup with vertex masses, positions [T,N,3])."""
+    settings (`law`: a solid law other than neo-Hookean, e.g. {"law": "mooney_rivlin",
+    "i2_share": 0.7}). Returns (scenario name, Setup with vertex masses, positions [T,N,3])."""
     scenario, scene = random_scene(rng, mesh, kind, frames, dt)
+    if law:
+        scene["material"] = resolve_material({**scene["material"], **law})
     twist = scene.pop("twist", None)
     setup = setup_from_scene(mesh, scene)
     if twist is not None:
@@ -192,13 +195,16 @@ def simulate_random_scene(rng, mesh, kind, frames, dt):
     return scenario, setup, positions
 
 
-def make_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.0, target_vertices=(300, 1200)):
-    """Build and simulate sequence `index` of a data set; returns (Sequence, index entry)."""
+def make_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.0, target_vertices=(300, 1200),
+                  law=None):
+    """Build and simulate sequence `index` of a data set; returns (Sequence, index entry).
+    `law` (see `simulate_random_scene`): solids only, all made of that law."""
     rng = np.random.default_rng([seed, index])
-    family = str(rng.choice(FAMILIES))
+    families = [f for f in FAMILIES if f not in SHEET_FAMILIES] if law else FAMILIES
+    family = str(rng.choice(families))
     kind = "cloth" if family in SHEET_FAMILIES else "solid"
     mesh = make_shape(family, rng, int(rng.integers(*target_vertices)))
-    scenario, setup, positions = simulate_random_scene(rng, mesh, kind, frames, dt)
+    scenario, setup, positions = simulate_random_scene(rng, mesh, kind, frames, dt, law)
     split = "heldout" if family in HELDOUT_FAMILIES else ("validation" if rng.random() < VALIDATION_SHARE else "train")
     meta = {"source": "neurok generate", "simulator": "reference", "seed": seed, "index": index,
             "family": family, "scenario": scenario, "split": split}
@@ -209,10 +215,10 @@ def make_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.
 
 
 def _worker(args):
-    out, seed, index, frames, dt = args
+    out, seed, index, frames, dt, law = args
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     t0 = time.perf_counter()
-    seq, entry = make_sequence(seed, index, frames, dt)
+    seq, entry = make_sequence(seed, index, frames, dt, law=law)
     if not np.all(np.isfinite(seq.positions)):
         raise NeurokError(f"sequence {index} produced NaN")
     write_sequence(Path(out) / entry["file"], seq)
@@ -233,8 +239,9 @@ def parse_shard(text: str | None):
 
 
 def generate(out, sequences: int, seed: int, shard: str | None = None, workers: int = 1,
-             frames: int = 64, dt: float = 1.0 / 24.0, quiet: bool = False) -> dict:
-    """Write sequences [shard part of 0..sequences) to `out` with an index file; resumable."""
+             frames: int = 64, dt: float = 1.0 / 24.0, quiet: bool = False, law: dict | None = None) -> dict:
+    """Write sequences [shard part of 0..sequences) to `out` with an index file; resumable.
+    `law`: every sequence a solid of that law (`make_sequence`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     i, n = parse_shard(shard)
@@ -247,16 +254,16 @@ def generate(out, sequences: int, seed: int, shard: str | None = None, workers: 
     todo = [k for k in range(i, sequences, n) if f"seq_{k:05d}.npz" not in entries]
     bar = None if quiet else ProgressBar(len(todo), "generate")
     t0 = time.perf_counter()
-    make_sequences(out, seed, todo, frames, dt, workers, index_path, sequences, shard, entries, bar)
+    make_sequences(out, seed, todo, frames, dt, workers, index_path, sequences, shard, entries, bar, law)
     elapsed = time.perf_counter() - t0
     return {"written": len(todo), "seconds": elapsed, "index": str(index_path),
             "sequences_per_minute": 60.0 * len(todo) / elapsed if todo and elapsed > 0 else None}
 
 
-def make_sequences(out, seed, todo, frames, dt, workers, index_path, total, shard, entries, bar=None):
+def make_sequences(out, seed, todo, frames, dt, workers, index_path, total, shard, entries, bar=None, law=None):
     """Simulate and write sequences `todo` (indices), on `workers` processes, recording each in
     `entries` and the index file as it finishes (so an interrupted run resumes)."""
-    jobs = [(str(out), seed, k, frames, dt) for k in todo]
+    jobs = [(str(out), seed, k, frames, dt, law) for k in todo]
 
     def record(entry):
         entries[entry["file"]] = entry

@@ -34,8 +34,8 @@ from ..core.errors import NeurokError
 from ..core.formats import read_sequence
 from ..core.physics import material_omega2
 from ..core.progress import ProgressBar
-from ..core.scene import setup_from_sequence
-from ..learned.checkpoint import read_payload, save_checkpoint
+from ..core.scene import MATERIAL_PRESETS, resolve_material, setup_from_sequence
+from ..learned.checkpoint import default_model_path, read_payload, read_presets, save_checkpoint
 from ..learned.integrators import differentiable_step
 from ..learned.latent_scene import LatentScene
 from ..learned.materials import DTYPE
@@ -50,6 +50,8 @@ BATCH = 4
 ROLLOUT_FRAMES = (3, 6)      # rollout length grows from the first to the second over the run
 START_NOISE = 1e-3           # std of the noise on the start latent (normalised lengths)
 LEARNING_RATE = 3e-3
+MATERIAL_LEARNING_RATE = 1e-2   # a learned material is six numbers of order one
+NUMERIC_MATERIAL_KEYS = ("stiffness", "density", "poisson", "damping", "air_damping", "bending", "i2_share")
 CORRECTION_START = 1e-3   # spread of the correction's last layer when training starts it from zero
 SAVE_EVERY_SECONDS = 300
 REFRESH_DATA_SECONDS = 300   # sequences still being generated join the run as they appear
@@ -71,14 +73,17 @@ class TrainItem:
         self.__dict__.pop("_projection", None)
 
 
-def load_items(model, data_dir, splits=("train",), limit=None, skip=(), fixed=None) -> list[TrainItem]:
+def load_items(model, data_dir, splits=("train",), limit=None, skip=(), fixed=None, material=None) -> list[TrainItem]:
     """Training sequences with their latent scenes (built once: the subspace needs no training)
-    and their encoded frames. `fixed`: one resolution for every mesh (`LatentScene`)."""
+    and their encoded frames. `fixed`: one resolution for every mesh (`LatentScene`);
+    `material`: the learned material every sequence is taken to be made of."""
     entries = [e for e in load_index(data_dir) if e.get("split", "train") in splits and e["file"] not in skip]
     items = []
     for e in entries[:limit]:
         seq = read_sequence(Path(data_dir) / e["file"])
         setup = setup_from_sequence(seq)
+        if material:
+            setup.material = dict(setup.material, preset=material)
         with torch.no_grad():
             scene = LatentScene(model, setup, fixed=fixed)
         items.append(TrainItem(setup, scene, encode_frames(scene, seq.positions), e, seq.positions))
@@ -161,7 +166,7 @@ def data_statistics(items):
 
 
 def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, log=None, progress=None, cancel=None,
-          fit_weights=False):
+          fit_weights=False, material=None):
     """Train (or fine-tune from `init`) and write the checkpoint `out`. `progress(fraction)` is
     called after each step; setting the `cancel` event stops early (the checkpoint is saved).
 
@@ -170,7 +175,11 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     field reads each eigenfunction's values, but where eigenvalues repeat (a sphere's, a cube's)
     the eigenfunctions are any rotation of each other, so the field made symmetric bodies lopsided
     (a jelly ball at rest on the floor slid 78 mm in 3 s) and lost to the plain eigenfunctions on
-    4 of the 6 held-out scenes (docs/MODEL_CARD.md)."""
+    4 of the 6 held-out scenes (docs/MODEL_CARD.md).
+
+    `material`: learn only that material preset (its few numbers, `materials.PRESET_PARAMETERS`)
+    from the data, everything else of `init` (the bundled checkpoint if None) kept as it is. A new
+    name starts from the data's own median material; an existing learned one is refined."""
     rank, world = distributed()
     torch.manual_seed(seed)                 # the same initial weights on every process
     rng = np.random.default_rng([seed, rank])   # each process its own batches
@@ -179,14 +188,20 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         steps = 200
     out = Path(out)
     resume = out.with_name(out.name + ".resume")
+    if material:
+        init = init or default_model_path()
+        fit_weights = False
     model, state = _initial_model(init, resume)
-    params = trainable_parameters(model, seed, fit_weights)
+    if material:
+        params = [material_parameters(model, material, data)]
+    else:
+        params = trainable_parameters(model, seed, fit_weights)
     share = SUBSPACE_SHARE if fit_weights else 0.0
-    items = load_items(model, data, ("train",))
+    items = load_items(model, data, ("train",), material=material)
     if not items:
         raise NeurokError(f"{data}: no training sequences (split 'train')")
-    val_items = load_items(model, data, ("validation",), limit=4)
-    opt = torch.optim.Adam(params, lr=LEARNING_RATE)
+    val_items = load_items(model, data, ("validation",), limit=4, material=material)
+    opt = torch.optim.Adam(params, lr=MATERIAL_LEARNING_RATE if material else LEARNING_RATE)
     if state:
         try:
             opt.load_state_dict(state["optimizer"])
@@ -237,21 +252,24 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
                        postfix=f"{stage}={history[-1][stage]:.3g}")
         if time.perf_counter() - last_refresh > REFRESH_DATA_SECONDS:
             try:   # sequences generated since the start join (on the current field)
-                items.extend(load_items(model, data, ("train",), skip={i.entry["file"] for i in items}))
+                items.extend(load_items(model, data, ("train",), skip={i.entry["file"] for i in items}, material=material))
             except NeurokError:   # the data folder is being rewritten: go on with what is loaded
                 pass
             last_refresh = time.perf_counter()
             if bar:
                 bar.desc = f"train ({len(items)} seq)"
         if rank == 0 and time.perf_counter() - last_save > SAVE_EVERY_SECONDS:
-            _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data)
+            _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data,
+                  {"material": {"name": material, **material_summary(model, material)}} if material else None)
             last_save = time.perf_counter()
     if bar:
         bar.close()
     agree = ranks_agree(model, world)
     if rank == 0:
-        _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data,
-              {"ranks": world, "ranks_identical": agree} if world > 1 else None)
+        extra = {"ranks": world, "ranks_identical": agree} if world > 1 else {}
+        if material:
+            extra["material"] = {"name": material, **material_summary(model, material)}
+        _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data, extra or None)
         if val_items and not quiet:
             print(f"validation: {validation_summary(model, val_items)}")
     return model, history
@@ -281,12 +299,56 @@ def trainable_parameters(model, seed=0, fit_weights=False) -> list:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def material_parameters(model, name: str, data) -> torch.nn.Parameter:
+    """The one tensor a `--material` run trains: that learned material's numbers (created from
+    the data's median material if it is new); every other parameter is held."""
+    if name in MATERIAL_PRESETS:
+        raise NeurokError(f"'{name}' is a built-in material; give the learned one its own name (e.g. '{name}_mine')")
+    if not name.replace("_", "").isalnum():
+        raise NeurokError(f"material name '{name}': use letters, digits and underscores only")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if name not in model.energy.presets:
+        model.energy.add_preset(name, median_material(data))
+    param = model.energy.presets[name]
+    param.requires_grad_(True)
+    return param
+
+
+def median_material(data) -> dict:
+    """The typical material of a data folder's training sequences: the median of each number,
+    the kind (and solid law) they share. One clear error if they mix cloth and solids."""
+    mats = [read_sequence(e["path"]).material for e in load_index(data) if e.get("split", "train") == "train"]
+    if not mats:
+        raise NeurokError(f"{data}: no training sequences (split 'train')")
+    kinds = {m["kind"] for m in mats}
+    if len(kinds) > 1:
+        raise NeurokError(f"{data}: the sequences mix cloth and solids; one material is one kind")
+    out = {k: float(np.median([m[k] for m in mats])) for k in NUMERIC_MATERIAL_KEYS if all(k in m for m in mats)}
+    out["kind"] = mats[0]["kind"]
+    if all(m.get("law") == "mooney_rivlin" for m in mats):
+        out["law"] = "mooney_rivlin"
+    else:
+        out.pop("i2_share", None)
+    return resolve_material(out)
+
+
+def material_summary(model, name) -> dict:
+    """What a learned material came out as, in words a user reads (multipliers of its base)."""
+    p = model.energy.presets[name].detach()
+    return {"stiffness_x": round(float(torch.exp(p[0])), 4), "lambda_x": round(float(torch.exp(p[1])), 4),
+            "bending_x": round(float(torch.exp(p[2])), 4), "damping_x": round(float(torch.exp(p[3])), 4),
+            "air_damping_x": round(float(torch.exp(p[4])), 4), "i2_weight": round(float(torch.tanh(p[5])), 4)}
+
+
 def _initial_model(init, resume):
     source = resume if resume.is_file() else init
     if not source:
         return NeurokModel(ModelConfig()), None
     payload = read_payload(source)
     model = NeurokModel(ModelConfig(**json.loads(payload["config"])))
+    for name, material in read_presets(payload).items():
+        model.energy.add_preset(name, material)
     model.load_state_dict(payload["state"])
     if source != resume:
         return model, None
