@@ -53,10 +53,11 @@ PLATFORMS = {
 }
 
 # What Blender needs from the engine: the runtime (core, both engines, the facade) and training,
-# because the add-on's Specialize fine-tunes on the user's mesh. Evaluation, benchmarks, the
-# command line and foreign-data importers stay in the repository.
+# because the add-on's Specialize fine-tunes on the user's mesh and Learn Material from Bake
+# learns from the user's own simulation (with the importers' Blender-cloth unit conversion).
+# Evaluation, benchmarks and the command line stay in the repository.
 ENGINE_RUNTIME = ("__init__.py", "api.py", "core", "reference", "learned", "training")
-ENGINE_LEFT_OUT = ("training/importers.py",)
+ENGINE_LEFT_OUT = ()
 
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".*", "*.egg-info", "tests")
 

@@ -1,6 +1,7 @@
 """The one facade the add-on and the command line use: open an engine, prepare a setup once,
 then take frames one by one (live preview) or all at once (bake); sample a pose, solve IK,
-specialise a model for one mesh, and read the out-of-distribution report.
+specialise a model for one mesh, learn a material from a recorded bake, and read the
+out-of-distribution report.
 
     eng = open_engine("neurok")                # or "reference"; model=None -> bundled checkpoint
     run = eng.prepare(setup)                   # encodes the mesh once; run.ood says how familiar it is
@@ -27,12 +28,14 @@ from .core.setup import Setup
 from .learned.checkpoint import default_model_path, read_payload, read_presets
 from .learned.runtime import NeurokEngine, NeurokRun
 from .reference.engine import ReferenceEngine, ReferenceRun
+from .training.importers import blender_cloth_gravity, blender_cloth_material, sequence_from_point_cache
 from .training.specialize import specialize
 
 __all__ = ["Cancelled", "Engine", "FormatError", "Mesh", "NeurokEngine", "NeurokError", "NeurokRun",
            "ReferenceEngine", "ReferenceRun", "Run", "Setup", "SimulationFault", "default_model_path",
            "open_engine", "pick_device", "prepare_together", "read_mesh", "read_scene", "read_sequence", "setup_from_arrays", "setup_from_scene",
-           "setup_from_sequence", "simulate", "simulate_together", "specialize", "Together", "write_pc2", "write_sequence"]
+           "setup_from_sequence", "simulate", "simulate_together", "specialize", "learn_material", "learned_presets",
+           "sequence_from_point_cache", "blender_cloth_material", "blender_cloth_gravity", "MIN_BAKE_FRAMES", "Together", "write_pc2", "write_sequence"]
 
 ENGINES = ("neurok", "reference")
 
@@ -78,3 +81,40 @@ def simulate_together(setups, engine: str = "neurok", model=None, device: str = 
                       cancel=None, names=None) -> list[np.ndarray]:
     """Run several colliding objects to the end: one [T, N_i, 3] array per object."""
     return prepare_together(setups, engine, model, device, names).bake(progress=progress, cancel=cancel)
+
+
+MIN_BAKE_FRAMES = 8     # a recording shorter than this says too little about a material
+
+
+def learned_presets(model=None) -> dict:
+    """The learned materials a checkpoint carries (the bundled one if None): name -> the
+    material (SI numbers) they refine. Also makes them nameable in scenes."""
+    from .core.scene import register_learned_presets
+    table = read_presets(read_payload(model or default_model_path()))
+    register_learned_presets(table)
+    return table
+
+
+def learn_material(sequences, name: str, minutes: float, out, model=None, progress=None, cancel=None) -> dict:
+    """Learn (or refine) the material `name` from recorded sequences (a folder, or a list of
+    `Sequence`s) starting from checkpoint `model` (the bundled one if None), and write the result,
+    which keeps everything else of that model, to `out`. `progress(fraction)` after each training
+    step; setting `cancel` stops early (what was learned so far is written). Returns what was
+    learned, as multipliers of the recorded material (`training.train.material_summary`)."""
+    import tempfile
+    from pathlib import Path
+    from .training.train import material_summary, train
+    if not isinstance(sequences, (str, Path)):
+        sequences = list(sequences)
+        short = [len(s.positions) for s in sequences if len(s.positions) < MIN_BAKE_FRAMES]
+        if not sequences or short:
+            raise NeurokError(f"a material needs at least {MIN_BAKE_FRAMES} recorded frames; "
+                              f"this recording has {min(short) if short else 0}")
+        folder = Path(tempfile.mkdtemp(prefix="neurok_learn_"))
+        for i, seq in enumerate(sequences):
+            write_sequence(folder / f"seq_{i:05d}.npz", seq)
+        sequences = folder
+    trained, _ = train(sequences, out, init=model, minutes=minutes, quiet=True, material=name,
+                       progress=progress, cancel=cancel)
+    learned_presets(out)
+    return material_summary(trained, name)

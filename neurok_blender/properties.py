@@ -1,25 +1,68 @@
 """Settings stored in the .blend: `Object.neurok` (material, pins, painted forces, bake record)
 and `Scene.neurok` (engine, floor, frame range). Nothing about a running job is stored here."""
 
+import os
+import zlib
+
 import bpy
 from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, FloatVectorProperty,
                        IntProperty, PointerProperty, StringProperty)
 
+from . import engine_link as _link
 from .engine_link import scene as _scene
 
-PRESETS = _scene.MATERIAL_PRESETS
-PRESET_ITEMS = [
-    ("jelly", "Jelly", "Very soft, wobbly solid (3 kPa)"),
-    ("rubber", "Rubber", "Firm, bouncy solid (100 kPa)"),
-    ("foam", "Foam", "Light, squashy solid that keeps little volume"),
-    ("plush", "Plush", "Soft toy: light and well damped"),
-    ("cloth", "Cloth", "Thin sheet: cotton-like cloth"),
-    ("leather", "Leather", "Thin sheet: heavy, stiff to bend"),
+PRESETS = _scene.MATERIAL_PRESETS      # built in; `preset_values` also knows the learned ones
+BUILT_IN_ITEMS = [
+    ("jelly", "Jelly", "Very soft, wobbly solid (3 kPa)", 0),
+    ("rubber", "Rubber", "Firm, bouncy solid (100 kPa)", 1),
+    ("foam", "Foam", "Light, squashy solid that keeps little volume", 2),
+    ("plush", "Plush", "Soft toy: light and well damped", 3),
+    ("cloth", "Cloth", "Thin sheet: cotton-like cloth", 4),
+    ("leather", "Leather", "Thin sheet: heavy, stiff to bend", 5),
 ]
-_KNOWN = {item[0] for item in PRESET_ITEMS}
-PRESET_ITEMS = [item for item in PRESET_ITEMS if item[0] in PRESETS] + [
-    (name, name.title(), "Material preset from the engine") for name in PRESETS if name not in _KNOWN] + [
-    ('CUSTOM', "Custom", "The sliders no longer match a built-in preset (save them with the preset menu)")]
+CUSTOM_ITEM = ('CUSTOM', "Custom", "The sliders no longer match a preset (save them with the preset menu)", 6)
+_ITEMS = []          # Blender keeps no reference to a dynamic enum's strings: they must live here
+_MODEL_TABLES = {}   # model file -> (modified time, its learned materials)
+
+
+def learned_presets(context) -> dict:
+    """The learned materials of this scene's model (or the bundled one): name -> material. A model file's
+    table is read once per change of the file; they also become nameable in scenes."""
+    if _link.api is None:
+        return {}
+    path = _scene_model(context)
+    try:
+        stamp = os.path.getmtime(path) if path else 0.0
+        if _MODEL_TABLES.get(path, (None,))[0] != stamp:
+            _MODEL_TABLES[path] = (stamp, _link.api.learned_presets(path or None))
+    except (OSError, _link.NeurokError):   # a missing or unreadable model file: the panel says so elsewhere
+        return {}
+    return _MODEL_TABLES[path][1]
+
+
+def refresh_learned_presets(context) -> None:
+    """Read the scene's model file again (after Learn Material from Bake wrote it)."""
+    _MODEL_TABLES.pop(_scene_model(context), None)
+    learned_presets(context)
+
+
+def _scene_model(context) -> str:
+    scene = getattr(context, "scene", None)
+    path = scene.neurok.model_path if scene is not None and hasattr(scene, "neurok") else ""
+    return bpy.path.abspath(path) if path else ""
+
+
+def preset_values(name: str) -> dict | None:
+    return PRESETS.get(name) or _scene.LEARNED_PRESETS.get(name)
+
+
+def preset_items(self, context):
+    learned = [(name, name.replace("_", " ").title(), f"Learned from data: {m.get('kind', 'solid')} "
+                f"(in this scene's model)", 100 + zlib.crc32(name.encode()) % 1_000_000)
+               for name, m in sorted(learned_presets(context).items()) if name not in PRESETS]
+    _ITEMS[:] = BUILT_IN_ITEMS + learned + [CUSTOM_ITEM]
+    return _ITEMS
+
 
 # Blender 5.0 warns when a FILE_PATH property holds a "//" path unless it says it supports them.
 REL_PATH = {'PATH_SUPPORTS_BLEND_RELATIVE'} if bpy.app.version >= (5, 0, 0) else set()
@@ -29,11 +72,11 @@ _APPLYING = []  # set while a preset fills the sliders (their update callbacks m
 
 
 def preset_kind(name: str) -> str:
-    return PRESETS.get(name, {}).get("kind", "solid")
+    return (preset_values(name) or {}).get("kind", "solid")
 
 
 def _apply_preset(self, context):
-    values = PRESETS.get(self.preset)
+    values = preset_values(self.preset)
     if not values:
         return
     _APPLYING.append(True)
@@ -49,7 +92,7 @@ def _apply_preset(self, context):
 
 def preset_matches(settings) -> bool:
     """Whether every slider still holds the chosen preset's value."""
-    values = PRESETS.get(settings.preset)
+    values = preset_values(settings.preset)
     if not values or preset_kind(settings.preset).upper() != settings.kind:
         return False
     for key in SLIDERS:
@@ -159,7 +202,7 @@ class NeurokObjectSettings(bpy.types.PropertyGroup):
         name="NeuROK", default=False,
         description="NeuROK physics on this object (Properties ▸ Physics ▸ NeuROK); its place in the modifier stack "
                     "is the 'NeuROK Cache' modifier")
-    preset: EnumProperty(name="Material", items=PRESET_ITEMS, default="rubber", update=_apply_preset,
+    preset: EnumProperty(name="Material", items=preset_items, default=1, update=_apply_preset,   # 1: rubber
                          description="Starting point for the sliders below (choosing one resets them; moving a "
                                      "slider makes it Custom)")
     kind: EnumProperty(name="Kind", default='SOLID', update=_slider_moved,

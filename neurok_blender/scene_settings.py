@@ -32,7 +32,7 @@ def material_dict(settings) -> dict:
            "density": settings.areal_density if cloth else settings.density,
            "poisson": settings.poisson, "damping": settings.damping, "air_damping": settings.air_damping,
            "bending": settings.bending}
-    if settings.preset in escene.MATERIAL_PRESETS:
+    if settings.preset in escene.MATERIAL_PRESETS or settings.preset in escene.LEARNED_PRESETS:
         out = {"preset": settings.preset, **out}
     return out
 

@@ -7,6 +7,7 @@ from .export_scene import NEUROK_OT_export_scene
 from .force_add import NEUROK_OT_force_add
 from .force_remove import NEUROK_OT_force_remove
 from .free_bake import NEUROK_OT_free_bake
+from .learn_material import NEUROK_OT_learn_material
 from .physics import NEUROK_OT_material_preset_add, NEUROK_OT_physics_add, NEUROK_OT_physics_remove
 from .preview import NEUROK_OT_preview
 from .sample_pose import NEUROK_OT_sample_pose
@@ -21,6 +22,7 @@ classes = (
     NEUROK_OT_free_bake,
     NEUROK_OT_cancel,
     NEUROK_OT_specialize,
+    NEUROK_OT_learn_material,
     NEUROK_OT_sample_pose,
     NEUROK_OT_export_scene,
     NEUROK_OT_force_add,

@@ -12,6 +12,7 @@ def report_warnings(op, warnings) -> None:
         op.report({'WARNING'}, w)
 
 
+MODEL_JOBS = ("specialize", "learn_material")   # they write a model file, not the object: its edits do not matter
 ADVICE = "try more damping, a stiffer material or the Reference engine"
 ADVICE_REFERENCE = "try weaker forces or a stiffer material"  # the reference itself stopped (guard or work budget)
 
@@ -154,7 +155,7 @@ class JobOperator:
         if obj is None or obj.type != 'MESH':
             self.report({'ERROR'}, f"'{job.obj_name}' was deleted while NeuROK was running; nothing was written.")
             return {'CANCELLED'}
-        if job.kind != "specialize" and (len(obj.data.vertices) != job.inputs.data_vertices
+        if job.kind not in MODEL_JOBS and (len(obj.data.vertices) != job.inputs.data_vertices
                                          or mesh_data.topology_hash(obj.data) != job.inputs.topology):
             self.report({'ERROR'}, f"'{obj.name}' was edited while NeuROK was running, so nothing was written; run it again.")
             return {'CANCELLED'}

@@ -44,7 +44,7 @@ class NEUROK_MT_material_presets(bpy.types.Menu):
 
 MENU_OPERATORS = (("physics_add", 'MOD_SOFT'), ("preview", 'PLAY'), ("bake_cache", 'FILE_CACHE'),
                   ("bake_shape_keys", 'SHAPEKEY_DATA'), ("bake_together", 'MOD_PHYSICS'), ("free_bake", 'TRASH'),
-                  None, ("specialize", 'EXPERIMENTAL'), ("sample_pose", 'SHAPEKEY_DATA'),
+                  None, ("specialize", 'EXPERIMENTAL'), ("learn_material", 'MATERIAL'), ("sample_pose", 'SHAPEKEY_DATA'),
                   ("export_scene", 'EXPORT'), ("physics_remove", 'X'))
 
 
@@ -66,7 +66,13 @@ def draw_object_menu(self, context):
     self.layout.menu("NEUROK_MT_menu")
 
 
+def draw_learn_from_cache(self, context):
+    """Under Blender's own Cloth and Soft Body cache panels: learn a NeuROK material from that simulation."""
+    self.layout.operator("neurok.learn_material", icon='MATERIAL')
+
+
 APPENDS = (("PHYSICS_PT_add", draw_physics_add), ("STATUSBAR_HT_header", draw_status),
-           ("VIEW3D_MT_object", draw_object_menu))
+           ("VIEW3D_MT_object", draw_object_menu), ("PHYSICS_PT_cloth_cache", draw_learn_from_cache),
+           ("PHYSICS_PT_softbody_cache", draw_learn_from_cache))
 
 classes = (NEUROK_MT_material_presets, NEUROK_MT_menu)

@@ -96,6 +96,7 @@ class PHYSICS_PT_neurok_tools(PhysicsSubPanel, bpy.types.Panel):
         reason = NEUROK_OT_specialize.unavailable_reason(context)
         if reason:
             wrapped(col, reason, icon='INFO')
+        layout.operator("neurok.learn_material", icon='MATERIAL')
         col = layout.column(align=True)
         col.operator("neurok.sample_pose", icon='SHAPEKEY_DATA')
         reason = NEUROK_OT_sample_pose.unavailable_reason(context)
