@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also fit the skinning weight field (off: the mesh's eigenfunctions; docs/MODEL_CARD.md)")
     t.add_argument("--material", help="learn (or refine) only this material preset from the data, "
                                       "keeping everything else of --init as it is")
+    t.add_argument("--material-base", type=json.loads, help="with --material: the material (JSON, as in a scene) a new "
+                                    "learned material refines when a scene names it (default: the data's median)")
+    t.add_argument("--learn", help="with --material: which of its numbers to learn, comma-separated "
+                                   "(stiffness, lambda, bending, damping, air_damping, i2_term; default all)")
 
     e = sub.add_parser("eval", help="measure a model against ground-truth sequences")
     e.add_argument("--model", required=True)
@@ -176,7 +180,9 @@ def cmd_generate(args):
 def cmd_train(args):
     from .training.train import train
     train(args.data, args.out, init=args.init, steps=args.steps, minutes=args.minutes, seed=args.seed,
-          fit_weights=args.fit_weights, material=args.material)
+          fit_weights=args.fit_weights, material=args.material,
+          learn=[x.strip() for x in args.learn.split(",") if x.strip()] if args.learn else None,
+          material_base=args.material_base)
 
 
 def cmd_eval(args):

@@ -4,6 +4,7 @@ sequences without touching anything else of the model.
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -193,7 +194,9 @@ def test_learning_a_material_changes_that_material_only(rubber_data, tmp_path):
     assert p.shape == (len(PRESET_PARAMETERS),) and bool(p.abs().max() > 0)
     loaded, meta = load_checkpoint(out)
     assert loaded.energy.preset_materials["rubber_mine"]["law"] == "mooney_rivlin"
-    assert meta["material"]["name"] == "rubber_mine"
+    assert meta["material"]["name"] == "rubber_mine" and meta["materials"]["rubber_mine"]["steps"] == 3
+    init_meta = json.loads(read_payload(init)["meta"])
+    assert meta["omega2_range"] == init_meta["omega2_range"], "the model's own record (familiarity ranges) is kept"
     # the learned rubber answers scenes of its law
     assert loaded.energy.preset_for({"kind": "solid", "law": "mooney_rivlin", "i2_share": SHARE}) == "rubber_mine"
 
@@ -201,3 +204,15 @@ def test_learning_a_material_changes_that_material_only(rubber_data, tmp_path):
 def test_a_built_in_material_name_cannot_be_learned_over(rubber_data, tmp_path):
     with pytest.raises(NeurokError, match="built-in"):
         train(rubber_data, tmp_path / "x.ckpt", steps=1, quiet=True, material="rubber")
+
+
+def test_a_material_of_known_stiffness_learns_only_what_its_law_leaves_open(rubber_data, tmp_path):
+    """`--learn damping,air_damping,i2_term`: the stiffness, lambda and bending multipliers stay exactly 1,
+    so a scene's stiffness in Pa still means Pa with the learned rubber."""
+    out = tmp_path / "law.ckpt"
+    train(rubber_data, out, steps=3, quiet=True, material="rubber_law", learn=["damping", "air_damping", "i2_term"])
+    p = read_payload(out)["state"]["energy.presets.rubber_law"]
+    held = [PRESET_PARAMETERS.index(n) for n in ("log_stiffness", "log_lambda", "log_bending")]
+    assert bool((p[held] == 0).all()) and bool(p.abs().max() > 0)
+    with pytest.raises(NeurokError, match="unknown material number 'stretch'"):
+        train(rubber_data, tmp_path / "bad.ckpt", steps=1, quiet=True, material="rubber_law", learn=["stretch"])

@@ -55,6 +55,11 @@ CHECKS = {
     "neurok generate --out data/train_ref5 --sequences 40 --seed 1 [--shard I/N] [--workers 2]":
         ("parse", "generate --out data/train_ref5 --sequences 40 --seed 1 --shard 0/2 --workers 2"),
     "neurok generate --workers 2": ("parse", "generate --out d --sequences 1 --workers 2"),
+    "neurok generate --out data/rubber_mr --sequences 30 --seed 7 --frames 32 --law mooney_rivlin --i2-share 0.7":
+        ("parse", "generate --out data/rubber_mr --sequences 30 --seed 7 --frames 32 --law mooney_rivlin --i2-share 0.7"),
+    "neurok train --data data/blender_cloth --init assets/neurok_default.ckpt --out my.ckpt --material blender_cloth --minutes 10":
+        ("parse", "train --data data/blender_cloth --init assets/neurok_default.ckpt --out my.ckpt --material blender_cloth --minutes 10"),
+    "make presets": ("make", "presets"),
     "neurok train --data data/train_ref5 --out my.ckpt [--init assets/neurok_default.ckpt] --minutes 25":
         ("run", "-m engine train --data {data} --out {tmp}/my.ckpt --init assets/neurok_default.ckpt --steps 1"),
     "neurok eval --model assets/neurok_default.ckpt --data DIR --json eval.json":

@@ -11,6 +11,7 @@ replays the recorded setup (`setup_from_sequence`: frame 0, gravity, pins, mater
 over the sequences; `--target 0.3` marks whether each model's ratio is at most that.
 `--material NAME=PRESET` replays model NAME with the learned material PRESET (the recorded numbers,
 refined by what that preset learned; `neurok train --material`).
+`--sheets DIR` writes a contact sheet per sequence (recorded | each model).
 `--reference` also replays with the engine's own full-space simulator (how far the recorded
 setup, material mapping included, is from what the reference physics does).
 """
@@ -52,8 +53,9 @@ def replay(engine, seq, preset=None):
         return np.concatenate([good, pad]), f"fault at frame {fault.frame}"
 
 
-def evaluate(data, models: dict, split="validation", reference=False, target=None, limit=None, presets=None) -> dict:
-    entries = [e for e in load_index(data) if e.get("split", "train") == split]
+def evaluate(data, models: dict, split="validation", reference=False, target=None, limit=None, presets=None,
+             sheets=None) -> dict:
+    entries = [e for e in load_index(data) if e.get("split", "train") in split.split(",")]
     if limit:
         entries = entries[:limit]
     if not entries:
@@ -68,13 +70,20 @@ def evaluate(data, models: dict, split="validation", reference=False, target=Non
         row = {"file": e["file"], "scenario": e.get("scenario"), "frames": seq.frames,
                "hold_still": round(rel_l2(np.repeat(true[:1], seq.frames, axis=0), true, seq.rest), 5),
                "rel_l2": {}, "seconds": {}, "faults": {}}
+        columns = {"recorded": true}
         for name, eng in engines.items():
             t0 = time.perf_counter()
             pred, fault = replay(eng, seq, (presets or {}).get(name))
             row["seconds"][name] = round(time.perf_counter() - t0, 2)
             row["rel_l2"][name] = round(rel_l2(pred.astype(np.float64), true, seq.rest), 5)
+            columns[name] = pred
             if fault:
                 row["faults"][name] = fault
+        if sheets:
+            from engine.evaluation.render import contact_sheet
+            Path(sheets).mkdir(parents=True, exist_ok=True)
+            contact_sheet(columns, seq.faces, Path(sheets) / f"{Path(e['file']).stem}.png", floor_z=seq.floor_z,
+                          title=f"{e['file']} ({e.get('scenario')}): " + " | ".join(columns))
         rows.append(row)
     hold = float(np.mean([r["hold_still"] for r in rows]))
     summary = {"hold_still": round(hold, 5)}
@@ -94,12 +103,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="replay imported sequences with checkpoints; rel_l2 vs hold-still (JSON)")
     p.add_argument("--data", required=True)
     p.add_argument("--model", action="append", default=[], help="NAME=CKPT (repeat); a bare path is named by its stem")
-    p.add_argument("--split", default="validation")
+    p.add_argument("--split", default="validation", help="split(s) to replay, comma-separated (e.g. heldout,validation)")
     p.add_argument("--reference", action="store_true", help="also replay with the reference simulator")
     p.add_argument("--target", type=float, default=0.3, help="ratio to hold-still that counts as met")
     p.add_argument("--material", action="append", default=[], help="NAME=PRESET: model NAME replays with that learned material")
     p.add_argument("--limit", type=int)
     p.add_argument("--json", help="also write the JSON here")
+    p.add_argument("--sheets", help="folder for a contact sheet per sequence (recorded | each model)")
     args = p.parse_args(argv)
     import torch
     torch.set_num_threads(1)
@@ -109,7 +119,7 @@ def main(argv=None) -> int:
         models[name] = path
     try:
         presets = dict(spec.split("=", 1) for spec in args.material if "=" in spec)
-        result = evaluate(args.data, models, args.split, args.reference, args.target, args.limit, presets)
+        result = evaluate(args.data, models, args.split, args.reference, args.target, args.limit, presets, args.sheets)
     except NeurokError as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2

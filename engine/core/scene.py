@@ -93,7 +93,7 @@ def resolve_material(material: dict | None, where: str = "material") -> dict:
     preset = material.get("preset")
     if preset is None:
         preset = "cloth" if material.get("kind") == "cloth" else DEFAULT_MATERIAL
-    presets = known_presets() if preset not in MATERIAL_PRESETS else MATERIAL_PRESETS
+    presets = MATERIAL_PRESETS if isinstance(preset, str) and preset in MATERIAL_PRESETS else known_presets()
     if not isinstance(preset, str) or preset not in presets:
         raise FormatError(f"{where}: unknown material preset {brief(preset)} (one of {', '.join(known_presets())})")
     out = dict(presets[preset])

@@ -140,14 +140,15 @@ class StrainEnergy(nn.Module):
 
     def preset_for(self, material: dict) -> str | None:
         """The learned material a scene's material uses: the one it names, else for a solid with
-        the Mooney-Rivlin law the learned rubber of that law with the nearest share."""
+        the Mooney-Rivlin law the learned rubber of that law with the nearest share (the one
+        learned last, on a tie)."""
         name = material.get("preset")
         if name in self.presets:
             return name
-        if material.get("law") == "mooney_rivlin":
+        if material.get("law") == "mooney_rivlin":     # the newest of the nearest share
             rubbers = [(abs(m.get("i2_share", 0.0) - material.get("i2_share", 0.0)), n)
-                       for n, m in self.preset_materials.items() if m.get("law") == "mooney_rivlin"]
-            return min(rubbers)[1] if rubbers else None
+                       for n, m in reversed(self.preset_materials.items()) if m.get("law") == "mooney_rivlin"]
+            return min(rubbers, key=lambda r: r[0])[1] if rubbers else None
         return None
 
     def features_for(self, material: dict) -> torch.Tensor:

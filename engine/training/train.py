@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..core.errors import NeurokError
+from ..core.errors import NeurokError, SimulationFault
 from ..core.formats import read_sequence
 from ..core.physics import material_omega2
 from ..core.progress import ProgressBar
@@ -38,7 +38,7 @@ from ..core.scene import MATERIAL_PRESETS, resolve_material, setup_from_sequence
 from ..learned.checkpoint import default_model_path, read_payload, read_presets, save_checkpoint
 from ..learned.integrators import differentiable_step
 from ..learned.latent_scene import LatentScene
-from ..learned.materials import DTYPE
+from ..learned.materials import DTYPE, PRESET_PARAMETERS
 from ..learned.model import ModelConfig, NeurokModel
 from ..learned.runtime import SUBSTEP, NeurokRun
 from ..learned.subspace import handle_jacobian
@@ -51,6 +51,7 @@ ROLLOUT_FRAMES = (3, 6)      # rollout length grows from the first to the second
 START_NOISE = 1e-3           # std of the noise on the start latent (normalised lengths)
 LEARNING_RATE = 3e-3
 MATERIAL_LEARNING_RATE = 1e-2   # a learned material is six numbers of order one
+MATERIAL_NUMBERS = tuple(n.removeprefix("log_") for n in PRESET_PARAMETERS)   # what --learn names
 NUMERIC_MATERIAL_KEYS = ("stiffness", "density", "poisson", "damping", "air_damping", "bending", "i2_share")
 CORRECTION_START = 1e-3   # spread of the correction's last layer when training starts it from zero
 SAVE_EVERY_SECONDS = 300
@@ -166,7 +167,7 @@ def data_statistics(items):
 
 
 def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, log=None, progress=None, cancel=None,
-          fit_weights=False, material=None):
+          fit_weights=False, material=None, learn=None, material_base=None):
     """Train (or fine-tune from `init`) and write the checkpoint `out`. `progress(fraction)` is
     called after each step; setting the `cancel` event stops early (the checkpoint is saved).
 
@@ -179,7 +180,11 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
 
     `material`: learn only that material preset (its few numbers, `materials.PRESET_PARAMETERS`)
     from the data, everything else of `init` (the bundled checkpoint if None) kept as it is. A new
-    name starts from the data's own median material; an existing learned one is refined."""
+    name starts from the data's own median material; an existing learned one is refined. `learn`:
+    which of its numbers (`MATERIAL_NUMBERS`) are learned, the others held (all if None): a material
+    whose stiffness is known (reference data of a named law) learns only what the law leaves open.
+    `material_base`: the material (a scene's material dict) a new learned one refines when a scene
+    names it, instead of the data's median (training always uses each sequence's own numbers)."""
     rank, world = distributed()
     torch.manual_seed(seed)                 # the same initial weights on every process
     rng = np.random.default_rng([seed, rank])   # each process its own batches
@@ -193,7 +198,8 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         fit_weights = False
     model, state = _initial_model(init, resume)
     if material:
-        params = [material_parameters(model, material, data)]
+        base_meta = json.loads(read_payload(init).get("meta", "{}"))   # the model's record stays; the material is added
+        params = [material_parameters(model, material, data, learn, material_base)]
     else:
         params = trainable_parameters(model, seed, fit_weights)
     share = SUBSPACE_SHARE if fit_weights else 0.0
@@ -260,16 +266,15 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
                 bar.desc = f"train ({len(items)} seq)"
         if rank == 0 and time.perf_counter() - last_save > SAVE_EVERY_SECONDS:
             _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data,
-                  {"material": {"name": material, **material_summary(model, material)}} if material else None)
+                  material=(material, base_meta) if material else None)
             last_save = time.perf_counter()
     if bar:
         bar.close()
     agree = ranks_agree(model, world)
     if rank == 0:
-        extra = {"ranks": world, "ranks_identical": agree} if world > 1 else {}
-        if material:
-            extra["material"] = {"name": material, **material_summary(model, material)}
-        _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data, extra or None)
+        _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data,
+              {"ranks": world, "ranks_identical": agree} if world > 1 else None,
+              material=(material, base_meta) if material else None)
         if val_items and not quiet:
             print(f"validation: {validation_summary(model, val_items)}")
     return model, history
@@ -299,9 +304,10 @@ def trainable_parameters(model, seed=0, fit_weights=False) -> list:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def material_parameters(model, name: str, data) -> torch.nn.Parameter:
+def material_parameters(model, name: str, data, learn=None, base=None) -> torch.nn.Parameter:
     """The one tensor a `--material` run trains: that learned material's numbers (created from
-    the data's median material if it is new); every other parameter is held."""
+    the data's median material if it is new); every other parameter is held, and so are the
+    material's numbers not named in `learn` (their gradient is zeroed, so Adam leaves them)."""
     if name in MATERIAL_PRESETS:
         raise NeurokError(f"'{name}' is a built-in material; give the learned one its own name (e.g. '{name}_mine')")
     if not name.replace("_", "").isalnum():
@@ -309,9 +315,15 @@ def material_parameters(model, name: str, data) -> torch.nn.Parameter:
     for p in model.parameters():
         p.requires_grad_(False)
     if name not in model.energy.presets:
-        model.energy.add_preset(name, median_material(data))
+        model.energy.add_preset(name, resolve_material(base, "--material-base") if base else median_material(data))
     param = model.energy.presets[name]
     param.requires_grad_(True)
+    if learn is not None:
+        unknown = set(learn) - set(MATERIAL_NUMBERS)
+        if unknown:
+            raise NeurokError(f"--learn: unknown material number '{sorted(unknown)[0]}' (one of {', '.join(MATERIAL_NUMBERS)})")
+        mask = torch.tensor([n in learn for n in MATERIAL_NUMBERS], dtype=DTYPE)
+        param.register_hook(lambda g: g * mask)
     return param
 
 
@@ -365,13 +377,22 @@ def ranks_agree(model, world) -> bool:
     return all(torch.equal(gathered[0], g) for g in gathered[1:])
 
 
-def _save(out, resume, model, opt, step, elapsed, items, history, data, extra_meta=None):
-    meta = data_statistics(items)
-    meta.update(extra_meta or {})
+def _save(out, resume, model, opt, step, elapsed, items, history, data, extra_meta=None, material=None):
+    """Write the checkpoint and its resume state. `material`: (name, the initial checkpoint's
+    metadata): a material run keeps that record (its data ranges feed the familiarity score) and
+    adds what it learned under "materials"."""
     recent = history[-50:]
-    meta.update({"data": str(data), "sequences": len(items), "steps": step, "seconds": round(elapsed, 1),
-                 "final_losses": {k: float(np.mean([h[k] for h in recent if k in h]))
-                                  for k in ("subspace", "dynamics") if any(k in h for h in recent)}})
+    record = {"data": str(data), "sequences": len(items), "steps": step, "seconds": round(elapsed, 1),
+              "final_losses": {k: float(np.mean([h[k] for h in recent if k in h]))
+                               for k in ("subspace", "dynamics") if any(k in h for h in recent)}}
+    if material:
+        name, meta = material[0], dict(material[1])
+        meta["materials"] = {**meta.get("materials", {}), name: {**material_summary(model, name), **record}}
+        meta["material"] = {"name": name, **material_summary(model, name)}   # the run's own
+    else:
+        meta = data_statistics(items)
+        meta.update(extra_meta or {})
+        meta.update(record)
     save_checkpoint(out, model, meta)
     save_checkpoint(resume, model, meta, extra={"optimizer": opt.state_dict(), "step": step, "elapsed": elapsed})
 
@@ -379,14 +400,19 @@ def _save(out, resume, model, opt, step, elapsed, items, history, data, extra_me
 def validation_summary(model, items, frames=24):
     """Mean rel_l2 of runtime rollouts (first `frames` frames) on validation sequences, and
     the same for holding still at frame 0."""
-    errs, still = [], []
+    errs, still, faults = [], [], 0
     with torch.no_grad():
         for item in items:
             setup = copy.copy(item.setup)
             setup.frames = min(frames, item.setup.frames)
-            pred = NeurokRun(model, setup).bake()
             true = np.stack([item.scene.decode_metres(q) for q in item.qs[:setup.frames]])
+            try:
+                pred = NeurokRun(model, setup).bake()
+            except SimulationFault as fault:      # counted, and scored as holding its last good frame
+                faults += 1
+                good = fault.positions if fault.positions is not None and len(fault.positions) else true[:1]
+                pred = np.concatenate([good, np.repeat(good[-1:], setup.frames - len(good), axis=0)])
             diag = item.scene.scale
             errs.append(np.linalg.norm(pred - true, axis=2).mean() / diag)
             still.append(np.linalg.norm(true[0][None] - true, axis=2).mean() / diag)
-    return {"rel_l2": round(float(np.mean(errs)), 5), "hold_still": round(float(np.mean(still)), 5)}
+    return {"rel_l2": round(float(np.mean(errs)), 5), "hold_still": round(float(np.mean(still)), 5), "faults": faults}
