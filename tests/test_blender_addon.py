@@ -919,10 +919,11 @@ if __name__ != "__main__":
             assert required in names, required
         assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
         assert not [n for n in names if n.startswith("wheels/")]
-        # only runtime code ships: no evaluation, benchmarks, command line or importers
+        # only runtime code ships: no evaluation, benchmarks or command line (the importers ship: Learn Material
+        # from Bake converts a Blender cloth's units with them)
         shipped = [n for n in names if n.startswith("engine/")]
-        assert not [n for n in shipped if n.startswith(("engine/evaluation/", "engine/cli.py", "engine/__main__.py"))
-                    or n.endswith("importers.py")], shipped
+        assert not [n for n in shipped if n.startswith(("engine/evaluation/", "engine/cli.py", "engine/__main__.py"))], shipped
+        assert "engine/training/importers.py" in shipped
         assert not [n for n in shipped if n.endswith(".py") and "matplotlib" in zipfile.ZipFile(addon_zip).read(n).decode()]
         script = next(Path(importlib.util.find_spec("bpy").submodule_search_locations[0]).glob(
             "*/scripts/addons_core/bl_pkg/cli/blender_ext.py"))
