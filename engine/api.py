@@ -23,7 +23,8 @@ from .core.coupling import Together, link
 from .core.errors import Cancelled, FormatError, NeurokError, SimulationFault
 from .core.formats import Mesh, read_mesh, read_sequence, write_pc2, write_sequence
 from .core.run import Engine, Run
-from .core.scene import read_scene, register_preset_loader, setup_from_arrays, setup_from_scene, setup_from_sequence
+from .core.scene import (read_scene, register_learned_presets, register_preset_loader, setup_from_arrays,
+                         setup_from_scene, setup_from_sequence)
 from .core.setup import Setup
 from .learned.checkpoint import default_model_path, read_payload, read_presets
 from .learned.runtime import NeurokEngine, NeurokRun
@@ -38,9 +39,6 @@ __all__ = ["Cancelled", "Engine", "FormatError", "Mesh", "NeurokEngine", "Neurok
            "sequence_from_point_cache", "blender_cloth_material", "blender_cloth_gravity", "MIN_BAKE_FRAMES", "Together", "write_pc2", "write_sequence"]
 
 ENGINES = ("neurok", "reference")
-
-# a scene may name a material learned into the bundled checkpoint before any model is opened
-register_preset_loader(lambda: read_presets(read_payload(default_model_path())))
 
 
 def pick_device(device: str = "auto") -> str:
@@ -89,10 +87,13 @@ MIN_BAKE_FRAMES = 8     # a recording shorter than this says too little about a 
 def learned_presets(model=None) -> dict:
     """The learned materials a checkpoint carries (the bundled one if None): name -> the
     material (SI numbers) they refine. Also makes them nameable in scenes."""
-    from .core.scene import register_learned_presets
     table = read_presets(read_payload(model or default_model_path()))
     register_learned_presets(table)
     return table
+
+
+# a scene may name a material learned into the bundled checkpoint before any model is opened
+register_preset_loader(learned_presets)
 
 
 def learn_material(sequences, name: str, minutes: float, out, model=None, progress=None, cancel=None) -> dict:

@@ -85,6 +85,10 @@ class Job:
     def _progress(self, done: int, total: int) -> None:
         self._emit("progress", done, total)
 
+    def _fraction(self, fraction: float) -> None:
+        """Progress of a task that reports a fraction (training), in thousandths."""
+        self._progress(int(round(1000 * min(max(fraction, 0.0), 1.0))), 1000)
+
     def _substep(self, frame: int, share: float) -> None:
         self._emit("substep", frame, share)
 

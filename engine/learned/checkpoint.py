@@ -71,14 +71,20 @@ def read_presets(payload) -> dict:
     return table
 
 
+def model_for_payload(payload) -> NeurokModel:
+    """An untrained model of a checkpoint's shape: its config and its learned materials (at zero),
+    ready for `load_state_dict(payload["state"])`."""
+    model = NeurokModel(ModelConfig(**json.loads(payload["config"])))
+    for name, material in read_presets(payload).items():
+        model.energy.add_preset(name, material)
+    return model
+
+
 def load_checkpoint(path, device="cpu") -> tuple[NeurokModel, dict]:
     payload = read_payload(path)
     try:
-        cfg = ModelConfig(**json.loads(payload["config"]))
         meta = json.loads(payload.get("meta", "{}"))
-        model = NeurokModel(cfg)
-        for name, material in read_presets(payload).items():
-            model.energy.add_preset(name, material)
+        model = model_for_payload(payload)
         missing, unexpected = model.load_state_dict(payload["state"], strict=False)
         # a checkpoint saved before the learned skinning weights existed: their field starts
         # at zero (the eigenfunctions), which is what that model ran with

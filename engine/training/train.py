@@ -35,7 +35,7 @@ from ..core.formats import read_sequence
 from ..core.physics import material_omega2
 from ..core.progress import ProgressBar
 from ..core.scene import MATERIAL_PRESETS, resolve_material, setup_from_sequence
-from ..learned.checkpoint import default_model_path, read_payload, read_presets, save_checkpoint
+from ..learned.checkpoint import default_model_path, model_for_payload, read_payload, save_checkpoint
 from ..learned.integrators import differentiable_step
 from ..learned.latent_scene import LatentScene
 from ..learned.materials import DTYPE, PRESET_PARAMETERS
@@ -348,9 +348,8 @@ def median_material(data) -> dict:
 def material_summary(model, name) -> dict:
     """What a learned material came out as, in words a user reads (multipliers of its base)."""
     p = model.energy.presets[name].detach()
-    return {"stiffness_x": round(float(torch.exp(p[0])), 4), "lambda_x": round(float(torch.exp(p[1])), 4),
-            "bending_x": round(float(torch.exp(p[2])), 4), "damping_x": round(float(torch.exp(p[3])), 4),
-            "air_damping_x": round(float(torch.exp(p[4])), 4), "i2_weight": round(float(torch.tanh(p[5])), 4)}
+    return {(f"{n.removeprefix('log_')}_x" if n.startswith("log_") else "i2_weight"):
+            round(float(torch.exp(v) if n.startswith("log_") else torch.tanh(v)), 4) for n, v in zip(PRESET_PARAMETERS, p)}
 
 
 def _initial_model(init, resume):
@@ -358,9 +357,7 @@ def _initial_model(init, resume):
     if not source:
         return NeurokModel(ModelConfig()), None
     payload = read_payload(source)
-    model = NeurokModel(ModelConfig(**json.loads(payload["config"])))
-    for name, material in read_presets(payload).items():
-        model.energy.add_preset(name, material)
+    model = model_for_payload(payload)
     model.load_state_dict(payload["state"])
     if source != resume:
         return model, None

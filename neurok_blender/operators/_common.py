@@ -1,10 +1,23 @@
 """Shared operator plumbing: start a job (thread + timer modal, or inline in background mode),
 drain its queue on TIMER events, and finish on the main thread with fresh bpy lookups."""
 
+import os
+
 import bpy
 
-from .. import gather, jobs, mesh_data, objects, preferences, scene_settings
+from .. import cache_files, gather, jobs, mesh_data, objects, preferences, scene_settings
 from ..engine_link import NeurokError, learned_engine_status
+
+
+def beside_blend(suffix: str, temp_name: str) -> tuple[str, str]:
+    """(absolute path, path to store) of a file `<blend name>.<suffix>` next to the saved .blend (stored
+    relative), or `temp_name` in the temporary cache folder for an unsaved file."""
+    if bpy.data.filepath:
+        stem = os.path.splitext(os.path.basename(bpy.data.filepath))[0]
+        path = os.path.join(os.path.dirname(bpy.data.filepath), f"{stem}.{suffix}")
+        return path, bpy.path.relpath(path)
+    path = str(cache_files.temp_cache_dir() / temp_name)
+    return path, path
 
 
 def report_warnings(op, warnings) -> None:

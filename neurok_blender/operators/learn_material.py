@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import bpy
 from bpy.props import FloatProperty, StringProperty
 
-from .. import cache_files, jobs, properties, recording, scene_settings
+from .. import jobs, properties, recording, scene_settings
 from ..engine_link import api
 from ..objects import UserError
 from . import _common
@@ -16,16 +16,6 @@ from . import _common
 
 def default_name(obj) -> str:
     return (re.sub(r"[^a-z0-9_]+", "_", obj.name.lower()).strip("_") or "material") + "_learned"
-
-
-def output_path(obj) -> tuple[str, str]:
-    """Next to the .blend (as a relative path) when it is saved, else in the temporary cache folder."""
-    if bpy.data.filepath:
-        path = os.path.join(os.path.dirname(bpy.data.filepath),
-                            f"{os.path.splitext(os.path.basename(bpy.data.filepath))[0]}.materials.neurok.ckpt")
-        return path, bpy.path.relpath(path)
-    path = str(cache_files.temp_cache_dir() / f"materials_{os.getpid()}.neurok.ckpt")
-    return path, path
 
 
 class NEUROK_OT_learn_material(_common.LearnedOnly, _common.JobOperator, bpy.types.Operator):
@@ -62,7 +52,7 @@ class NEUROK_OT_learn_material(_common.LearnedOnly, _common.JobOperator, bpy.typ
         except UserError as e:
             self.report({'ERROR'}, str(e))
             return {'CANCELLED'}
-        path, stored = output_path(obj)
+        path, stored = _common.beside_blend("materials.neurok.ckpt", f"materials_{os.getpid()}.neurok.ckpt")
         self._stored, self._name = stored, name
         model = scene_settings.model_file(context) or None
         minutes = float(self.minutes)
@@ -70,7 +60,7 @@ class NEUROK_OT_learn_material(_common.LearnedOnly, _common.JobOperator, bpy.typ
         def task(job):
             job._emit("stage", "Learning")
             return api.learn_material([sequence], name, minutes, path, model=model, cancel=job.cancel,
-                                      progress=lambda f: job._progress(int(round(1000 * min(max(f, 0.0), 1.0))), 1000))
+                                      progress=job._fraction)
 
         inputs = SimpleNamespace(obj_name=obj.name, frames=len(sequence.positions))
         return self.start_job(context, inputs, task=task, total=1000)

@@ -12,12 +12,7 @@ from . import _common
 
 def output_path(obj) -> tuple[str, str]:
     name = cache_files.file_stem(obj.name)
-    if bpy.data.filepath:
-        path = os.path.join(os.path.dirname(bpy.data.filepath),
-                            f"{os.path.splitext(os.path.basename(bpy.data.filepath))[0]}.{name}.neurok.ckpt")
-        return path, bpy.path.relpath(path)
-    path = str(cache_files.temp_cache_dir() / f"specialized_{os.getpid()}_{name}.neurok.ckpt")
-    return path, path
+    return _common.beside_blend(f"{name}.neurok.ckpt", f"specialized_{os.getpid()}_{name}.neurok.ckpt")
 
 
 class NEUROK_OT_specialize(_common.LearnedOnly, _common.JobOperator, bpy.types.Operator):
@@ -54,7 +49,7 @@ class NEUROK_OT_specialize(_common.LearnedOnly, _common.JobOperator, bpy.types.O
             def progress(fraction, message=""):
                 if message:
                     job._emit("stage", str(message).capitalize())
-                job._progress(int(round(1000 * min(max(fraction, 0.0), 1.0))), 1000)
+                job._fraction(fraction)
             # the mesh in world space, what the bake simulates
             return api.specialize(inputs.mesh, minutes=float(minutes), out=path, model=model, kind=kind,
                                   quiet=True, progress=progress, cancel=job.cancel)
