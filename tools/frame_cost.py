@@ -5,7 +5,7 @@
 Prepares the bench's pinned, pushed rubber sphere (and once more: a cached prepare), then times
 the frames a bake takes in blocks of 8 (the guard releases them 8 at a time) and prints the best
 and the median block per frame (the best is what the machine gives when nothing else runs), and
-the share of the latent step, of the Rayleigh damping's stiffness (computed once per frame), of
+the share of the latent step, of the Rayleigh damping (its stiffness is also Newton's first matrix), of
 decoding and of the guard, from wall-clock timers around each.
 """
 from __future__ import annotations
@@ -35,6 +35,7 @@ def timed(owner, name, totals, key):
 
 def main(argv=None) -> int:
     import engine.learned.runtime as runtime
+    import engine.learned.terms as terms
     from engine.evaluation.bench import bench_mesh, bench_setup
     from engine.learned.checkpoint import default_model_path
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
     timed(run, "_frame", totals, "step")
     timed(run, "decode", totals, "decode")
     timed(run.guard, "check", totals, "guard")
-    timed(runtime, "rayleigh", totals, "rayleigh")
+    timed(terms, "rayleigh", totals, "rayleigh")
     it = run.frames()
     next(it)
     ticks = [time.perf_counter()]

@@ -48,11 +48,13 @@ def factorize(ctx: StepContext, q, H):
 
 
 def _start(ctx: StepContext, q):
-    """(q, terms with the Hessian) at the guess, or at q_n when the guess would invert a sample."""
-    t = total(q, ctx)
+    """(q, terms with the Hessian) at the guess, or at q_n when the guess would invert a sample.
+    The elastic part of the first matrix is the one at q_n (`StepContext.start_hessian`, made
+    for the damping): a chord step, refreshed if it stops converging fast."""
+    t = total(q, ctx, elastic_hessian=ctx.start_hessian)
     if math.isfinite(float(t.energy)):
         return q, t
-    return ctx.q_n, total(ctx.q_n, ctx)
+    return ctx.q_n, total(ctx.q_n, ctx, elastic_hessian=ctx.start_hessian)
 
 
 def _finite(x) -> float:
@@ -72,7 +74,7 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
     energy = _finite(t.energy)
     if not math.isfinite(energy):
         return q, False
-    L, fresh = factorize(ctx, q, t.hess), True
+    L, fresh = factorize(ctx, q, t.hess), q is ctx.q_n
     previous = math.inf
     for _ in range(iterations):
         step = -torch.cholesky_solve(t.grad[:, None], L)[:, 0]
@@ -111,20 +113,17 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
     return q, False
 
 
-def step(scene, frame, q_n, qd_n, h, integrator="backward_euler", damping=None, fast=False,
-         iterations=NEWTON_ITERATIONS):
-    """One step -> (q, q', converged). `damping`: a precomputed Rayleigh matrix (else built here).
-    `fast`: Newton's matrix assembled in float32 (the run time's choice; the solution is the same
-    to the tolerance, since it is set by the float64 gradient)."""
+def step(scene, frame, q_n, qd_n, h, integrator="backward_euler", fast=False, iterations=NEWTON_ITERATIONS):
+    """One step -> (q, q', converged). `fast`: Newton's matrix and the damping's stiffness
+    assembled in float32 (the run time's choice; the solution is the same to the tolerance,
+    since it is set by the float64 gradient)."""
     if integrator == "implicit_midpoint":
         # solved tighter: its energy conservation is only as good as the solve (1e-5: 2.2 % drift
         # over 500 steps, 1e-8: 1.3 %, measured on a spinning jelly box)
-        ctx = StepContext.build(scene, frame, q_n, qd_n, 0.5 * h, damping)
-        ctx.fast_hessian = fast
+        ctx = StepContext.build(scene, frame, q_n, qd_n, 0.5 * h, fast)
         q_mid, ok = minimize(ctx, q_n + 0.5 * h * qd_n, iterations, tolerance=MIDPOINT_TOLERANCE)
         return 2.0 * q_mid - q_n, 4.0 * (q_mid - q_n) / h - qd_n, ok
-    ctx = StepContext.build(scene, frame, q_n, qd_n, h, damping)
-    ctx.fast_hessian = fast
+    ctx = StepContext.build(scene, frame, q_n, qd_n, h, fast)
     q, ok = minimize(ctx, q_n + h * qd_n, iterations)
     return q, (q - q_n) / h, ok
 

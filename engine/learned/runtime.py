@@ -22,7 +22,7 @@ from .integrators import NEWTON_ITERATIONS, step as integrator_step
 from .latent_scene import LatentScene
 from .materials import DTYPE
 from .ood import ood_report
-from .terms import elastic, rayleigh
+from .terms import elastic
 
 SUBSTEP = 1.0 / 48.0      # longest latent step (s)
 GUARD_FULL_CHECK_EVERY = 8   # frames between two full plausibility checks (quick checks between)
@@ -80,26 +80,25 @@ class NeurokRun(Run):
         self.encode_seconds = time.perf_counter() - t0
         self.ood = ood_report(self.scene, meta or {})
 
-    def _advance(self, frame, q, qd, h, splits=0, damping=None):
+    def _advance(self, frame, q, qd, h, splits=0):
         # a retried step may also take more Newton iterations (a blow far outside the training
         # range needs 50-60 where ordinary steps take 2-5)
-        q1, qd1, ok = integrator_step(self.scene, frame, q, qd, h, self.integrator, damping, fast=True,
+        q1, qd1, ok = integrator_step(self.scene, frame, q, qd, h, self.integrator, fast=True,
                                       iterations=NEWTON_ITERATIONS << splits)
         if ok and bool(torch.all(torch.isfinite(q1))):
             return q1, qd1
         if splits >= MAX_RETRY_SPLITS:
             raise SimulationFault(f"the latent step could not be solved at frame {frame + 1} "
                                   f"(no converged state even with {2 ** splits} substeps)", frame + 1, None)
-        q, qd = self._advance(frame, q, qd, 0.5 * h, splits + 1, damping)
-        return self._advance(frame, q, qd, 0.5 * h, splits + 1, damping)
+        q, qd = self._advance(frame, q, qd, 0.5 * h, splits + 1)
+        return self._advance(frame, q, qd, 0.5 * h, splits + 1)
 
     def _frame(self, frame, q, qd, substeps):
         """The state after `frame` -> frame + 1, in `substeps` steps."""
         h = self.setup.dt / substeps
         with torch.no_grad():
-            damping = rayleigh(self.scene, q, fast=True)   # once per frame: it costs an elastic Hessian
             for _ in range(substeps):
-                q, qd = self._advance(frame, q, qd, h, damping=damping)
+                q, qd = self._advance(frame, q, qd, h)
         return q, qd
 
     def latent_frames(self):
