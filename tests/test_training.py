@@ -62,9 +62,10 @@ def test_a_tiny_training_run_fits_the_subspace_and_does_no_harm(data, trained):
     assert _projection(load_checkpoint(out)[0], data) < _projection(NeurokModel(), data)
     before = _loss(NeurokModel(), data)
     after = _loss(load_checkpoint(out)[0], data)
-    # the density's correction enters second order at its start and barely moves in 8 steps (docs/MODEL_CARD.md:
-    # it did not move the held-out scenes in 25 minutes either); what is asserted is that it does no harm.
-    # What learning does move, a learned material, is asserted in tests/test_learned_materials.py.
+    # the density's correction only adds terms of third and fourth order in the strain (the sliders' small-strain
+    # stiffness stays the classical one), and at this data's strains of a few per cent they barely change the
+    # loss (docs/MODEL_CARD.md); what is asserted is that training does no harm. What learning does move, a
+    # learned material, is asserted in tests/test_learned_materials.py.
     assert np.isfinite(before) and after < 1.01 * before
 
 
@@ -155,7 +156,7 @@ def test_training_keeps_the_sliders_physical_and_moves_the_correction(trained):
     for material in ({"kind": "solid", "poisson": 0.3}, {"kind": "cloth"}):
         feats = loaded.energy.features(material)
         assert torch.equal(loaded.energy.log_scales(feats), torch.zeros(3, dtype=feats.dtype))
-    assert float(loaded.energy.correction[-1].weight.abs().max()) > 1.5e-3 * 3   # beyond its random start
+    assert float(loaded.energy.correction[-1].weight.detach().abs().max()) > 1e-4   # left its start at zero
     setup = hanging_bar()
     learned = bar_stretch(setup, NeurokRun(loaded, setup).bake()[-1])
     assert learned == pytest.approx(bar_stretch(setup, ReferenceSimulator(setup).solve_static()), rel=0.05)

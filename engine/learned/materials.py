@@ -11,8 +11,12 @@ cloth), so the stiffness slider multiplies the whole elastic energy exactly.
 - Cloth: the reference's membrane, edge springs sharing each triangle's area:
   psi = 1/6 sum_e (l_e / L_e - 1)^2 per unit area (three edges per sample triangle).
 - Learned correction (`StrainEnergy`): the Lame parameters scaled by exp(a(material)), exp(b(..)),
-  plus mu * |m(invariants) - m(rest invariants)|^2 from a small network, whose last layer starts
-  at zero, so an untrained model is exactly the classical material.
+  plus mu * sum_j m_j(invariants) phi_j(invariants): fixed terms phi_j that vanish at rest to third
+  or fourth order (so the small-strain stiffness, and with it the sliders, stay the classical
+  ones) weighted by a small network m (bounded to +-CORRECTION_BOUND), whose last layer starts at
+  zero: an untrained model is exactly the classical material, and the loss is first order in the
+  network's output from the start (an earlier mu |m(inv) - m(0)|^2 had no gradient there and did
+  not move in 25 minutes of training).
 - Learned materials (presets): a few numbers per material, learned from data only (Blender's own
   cloth bakes, a Mooney-Rivlin rubber, a user's bake): log-multipliers of the material's stiffness,
   Lame lambda, bending and both dampings, and the weight c of the second-invariant term
@@ -32,6 +36,7 @@ from torch import nn
 
 DTYPE = torch.float64
 CORRECTION_WIDTH = 32
+CORRECTION_BOUND = 0.5           # |m_j|: each correction term at most half its classical counterpart's scale
 BASE_FEATURES = 2                # (cloth?, poisson): what the scale and correction networks read
 # a learned material's numbers, appended to the base features (all zero: the material as it is)
 PRESET_PARAMETERS = ("log_stiffness", "log_lambda", "log_bending", "log_damping", "log_air_damping", "i2_term")
@@ -104,10 +109,44 @@ def _outer(a, b):
     return a.unsqueeze(-1) * b.unsqueeze(-2)
 
 
+def _pair(a, b):
+    return torch.stack([a, b], -1)
+
+
+def _matrix(aa, ab, bb):
+    return torch.stack([torch.stack([aa, ab], -1), torch.stack([ab, bb], -1)], -2)
+
+
+def solid_correction_terms(a, L):
+    """The solid correction's terms of (a = |F|^2 - 3, L = log J), with their gradients and
+    Hessians in (a, L): abar^2/2 (abar = J^(-2/3)|F|^2 - 3 >= 0, the isochoric shear measure: large
+    shear) and L^4/4 (large volume change). phi [K,2], dphi [K,2,2] (term, invariant), d2phi [K,2,2,2]."""
+    e = torch.exp(-2.0 * L / 3.0)
+    abar = e * (a + 3.0) - 3.0
+    d_abar = _pair(e, -2.0 / 3.0 * (abar + 3.0))
+    d2_abar = _matrix(torch.zeros_like(a), -2.0 / 3.0 * e, 4.0 / 9.0 * (abar + 3.0))
+    zero = torch.zeros_like(a)
+    phi = _pair(0.5 * abar ** 2, 0.25 * L ** 4)
+    dphi = torch.stack([abar[:, None] * d_abar, _pair(zero, L ** 3)], 1)
+    d2phi = torch.stack([_outer(d_abar, d_abar) + abar[:, None, None] * d2_abar, _matrix(zero, zero, 3.0 * L ** 2)], 1)
+    return phi, dphi, d2phi
+
+
+def cloth_correction_terms(s1, s2):
+    """The cloth correction's terms of (s1 = sum of a triangle's edge strains, s2 = sum of their
+    squares): s2^2/2 (large stretch) and s1 s2 (stretch against compression), as in
+    `solid_correction_terms`."""
+    zero, one = torch.zeros_like(s1), torch.ones_like(s1)
+    phi = _pair(0.5 * s2 ** 2, s1 * s2)
+    dphi = torch.stack([_pair(zero, s2), _pair(s2, s1)], 1)
+    d2phi = torch.stack([_matrix(zero, zero, one), _matrix(zero, one, zero)], 1)
+    return phi, dphi, d2phi
+
+
 class StrainEnergy(nn.Module):
-    """The learned density: classical psi with learned Lame scales plus a learned invariant term
-    mu * |m(invariants) - m(rest)|^2. Energies, gradients and (projected) Hessians per sample are
-    written out by the chain rule over the invariants: batched, no per-sample autodiff."""
+    """The learned density: classical psi with learned Lame scales plus learned invariant terms
+    mu * sum_j m_j(invariants) phi_j(invariants). Energies, gradients and (projected) Hessians per
+    sample are written out by the chain rule over the invariants: batched, no per-sample autodiff."""
 
     def __init__(self, width: int = CORRECTION_WIDTH):
         super().__init__()
@@ -210,16 +249,29 @@ class StrainEnergy(nn.Module):
             self._classical_version = version
         return self._active
 
-    def _correction(self, inv, feats, need_jacobian=True):
-        """r = m(inv) - m(0) [K,2] and dr/dinv [K,2,2]."""
+    def _weights(self, inv, feats, need_jacobian=True):
+        """The terms' weights m(inv) [K,2] (bounded by CORRECTION_BOUND) and dm/dinv [K,2,2]."""
         base = feats[:BASE_FEATURES].to(inv)
         x = torch.cat([inv, base.expand(inv.shape[0], BASE_FEATURES)], dim=-1)
-        x0 = torch.cat([torch.zeros(1, 2, dtype=inv.dtype, device=inv.device), base[None]], dim=-1)
-        if need_jacobian:
-            m, J = mlp_with_jacobian(self.correction, x, 2)
-        else:
-            m, J = self.correction(x), None
-        return m - self.correction(x0), J
+        if not need_jacobian:
+            return CORRECTION_BOUND * torch.tanh(self.correction(x)), None
+        raw, J = mlp_with_jacobian(self.correction, x, 2)
+        t = torch.tanh(raw)
+        return CORRECTION_BOUND * t, (CORRECTION_BOUND * (1.0 - t * t)).unsqueeze(-1) * J
+
+    def _correction(self, inv, terms, feats, need_derivatives=True):
+        """(psi_c [K], dpsi_c/dinv [K,2], d2psi_c/dinv2 [K,2,2]) of sum_j m_j phi_j, per unit of
+        mu. The network's own second derivatives are left out of the Hessian (Newton's matrix
+        only; the terms are small next to the classical ones)."""
+        phi, dphi, d2phi = terms
+        m, dm = self._weights(inv, feats, need_derivatives)
+        psi = (m * phi).sum(-1)
+        if not need_derivatives:
+            return psi, None, None
+        grad = torch.einsum("kji,kj->ki", dm, phi) + torch.einsum("kj,kji->ki", m, dphi)
+        cross = torch.einsum("kji,kjl->kil", dm, dphi)
+        hess = cross + cross.transpose(-1, -2) + torch.einsum("kj,kjil->kil", m, d2phi)
+        return psi, grad, hess
 
     # ----- solids: local coordinates are vec(F), row-major
 
@@ -231,8 +283,8 @@ class StrainEnergy(nn.Module):
         mu_s, lam_s = mu * torch.exp(s[0]), lam * torch.exp(s[1])
         psi = 0.5 * mu_s * a - mu_s * logJ + 0.5 * lam_s * logJ ** 2
         if self.corrected():
-            r, _ = self._correction(torch.stack([a, logJ], -1), feats, need_jacobian=False)
-            psi = psi + mu * (r ** 2).sum(-1)
+            inv = torch.stack([a, logJ], -1)
+            psi = psi + mu * self._correction(inv, solid_correction_terms(a, logJ), feats, False)[0]
         c = self.i2_weight(feats)
         if c is not None:
             psi = psi + c * mu_s * isochoric_difference(y)
@@ -243,7 +295,7 @@ class StrainEnergy(nn.Module):
 
         With phi = dpsi/d(a, log J) and S its second derivatives, a = |F|^2 - 3, L = log J:
         dpsi = 2 phi_a F + phi_L cof/J;  d2psi = 2 phi_a I + phi_L/J d2J + (S_LL - phi_L) dL dL^T
-        (+ the correction's S_aa, S_aL cross terms), d2J linear in F (`DET_HESSIAN`)."""
+        (+ the correction's S_aa, S_aL terms), d2J linear in F (`DET_HESSIAN`)."""
         s = self.log_scales(feats)
         mu_s, lam_s = mu * torch.exp(s[0]), lam * torch.exp(s[1])
         F = y.reshape(-1, 3, 3)
@@ -257,11 +309,10 @@ class StrainEnergy(nn.Module):
         S_LL = lam_s + torch.zeros_like(a)
         correction = self.corrected()
         if correction:
-            r, Jr = self._correction(torch.stack([a, logJ], -1), feats)
-            psi = psi + mu * (r ** 2).sum(-1)
-            phi = 2.0 * mu * torch.einsum("kj,kji->ki", r, Jr)
-            phi_a, phi_L = phi_a + phi[:, 0], phi_L + phi[:, 1]
-            S = 2.0 * mu * Jr.transpose(-1, -2) @ Jr                     # Gauss-Newton of the correction
+            psi_c, g_c, S = self._correction(torch.stack([a, logJ], -1), solid_correction_terms(a, logJ), feats)
+            psi = psi + mu * psi_c
+            phi_a, phi_L = phi_a + mu * g_c[:, 0], phi_L + mu * g_c[:, 1]
+            S = mu * S
             S_LL = S_LL + S[:, 1, 1]
         dL = cof / J[:, None]
         grad = 2.0 * phi_a[:, None] * y + phi_L[:, None] * dL
@@ -290,8 +341,8 @@ class StrainEnergy(nn.Module):
         s = self.log_scales(feats)
         psi = torch.exp(s[0]) * (strain ** 2).sum(-1) / 6.0
         if self.corrected():
-            r, _ = self._correction(torch.stack([strain.sum(-1), (strain ** 2).sum(-1)], -1), feats, need_jacobian=False)
-            psi = psi + (r ** 2).sum(-1) / 3.0
+            s1, s2 = strain.sum(-1), (strain ** 2).sum(-1)
+            psi = psi + self._correction(torch.stack([s1, s2], -1), cloth_correction_terms(s1, s2), feats, False)[0] / 3.0
         return psi
 
     def cloth(self, y, rest_lengths, feats, need_hess=True, project=True):
@@ -307,11 +358,11 @@ class StrainEnergy(nn.Module):
         grad = scale / 3.0 * torch.einsum("ke,kej->kj", strain, de)
         correction = self.corrected()
         if correction:
-            inv = torch.stack([strain.sum(-1), (strain ** 2).sum(-1)], -1)
-            r, Jr = self._correction(inv, feats)
+            s1, s2 = strain.sum(-1), (strain ** 2).sum(-1)
+            psi_c, g_c, S_c = self._correction(torch.stack([s1, s2], -1), cloth_correction_terms(s1, s2), feats)
             dinv = torch.stack([de.sum(1), 2.0 * torch.einsum("ke,kej->kj", strain, de)], 1)   # [K,2,6]
-            psi = psi + (r ** 2).sum(-1) / 3.0
-            grad = grad + (2.0 / 3.0) * torch.einsum("kj,kji,kia->ka", r, Jr, dinv)
+            psi = psi + psi_c / 3.0
+            grad = grad + torch.einsum("ki,kia->ka", g_c, dinv) / 3.0
         if not need_hess:
             return psi, grad, None
         # membrane Hessian; projected: with the compressive part dropped (as the reference does)
@@ -319,9 +370,8 @@ class StrainEnergy(nn.Module):
         d2e = torch.einsum("eia,keij,ejb->keab", S, proj, S) / (rest_lengths * length)[..., None, None]
         bend_in = strain.clamp(min=0.0) if project else strain
         hess = scale / 3.0 * (torch.einsum("kea,keb->kab", de, de) + torch.einsum("ke,keab->kab", bend_in, d2e))
-        if correction:
-            G = Jr @ dinv                                              # [K,2,6]
-            hess = hess + (2.0 / 3.0) * G.transpose(-1, -2) @ G
+        if correction:   # Gauss-Newton in the invariants (their own curvature left out), made PSD
+            hess = hess + dinv.transpose(-1, -2) @ project_psd(S_c / 3.0) @ dinv
         return psi, grad, hess
 
 

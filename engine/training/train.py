@@ -53,7 +53,6 @@ LEARNING_RATE = 3e-3
 MATERIAL_LEARNING_RATE = 1e-2   # a learned material is six numbers of order one
 MATERIAL_NUMBERS = tuple(n.removeprefix("log_") for n in PRESET_PARAMETERS)   # what --learn names
 NUMERIC_MATERIAL_KEYS = ("stiffness", "density", "poisson", "damping", "air_damping", "bending", "i2_share")
-CORRECTION_START = 1e-3   # spread of the correction's last layer when training starts it from zero
 SAVE_EVERY_SECONDS = 300
 REFRESH_DATA_SECONDS = 300   # sequences still being generated join the run as they appear
 
@@ -201,7 +200,7 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         base_meta = json.loads(read_payload(init).get("meta", "{}"))   # the model's record stays; the material is added
         params = [material_parameters(model, material, data, learn, material_base)]
     else:
-        params = trainable_parameters(model, seed, fit_weights)
+        params = trainable_parameters(model, fit_weights)
     share = SUBSPACE_SHARE if fit_weights else 0.0
     items = load_items(model, data, ("train",), material=material)
     if not items:
@@ -280,14 +279,14 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     return model, history
 
 
-def trainable_parameters(model, seed=0, fit_weights=False) -> list:
+def trainable_parameters(model, fit_weights=False) -> list:
     """What training changes: the density's correction (and the skinning weight field when
     `fit_weights`; else its learned layer is held at zero: the eigenfunctions). The classical
     Lame and bending scales are held at 1 (their learned layer at zero), so stiffness in Pa still
     means Pa after training (issue 24: 30 minutes of training had made every solid 5x softer
-    than its slider). The correction mu |m(inv) - m(0)|^2 has no gradient while its last layer is
-    exactly zero, so a correction at zero is started from small random weights."""
-    scales, correction = model.energy.scales, model.energy.correction[-1]
+    than its slider). The correction enters the loss to first order from its start at zero
+    (`materials.StrainEnergy`), so it needs no random start."""
+    scales = model.energy.scales
     held = [scales] if fit_weights else [scales, model.weight_field]
     with torch.no_grad():
         scales[-1].weight.zero_()
@@ -295,9 +294,6 @@ def trainable_parameters(model, seed=0, fit_weights=False) -> list:
         if not fit_weights:
             model.weight_field.net[-1].weight.zero_()
             model.weight_field.net[-1].bias.zero_()
-        if not bool(correction.weight.any()) and not bool(correction.bias.any()):
-            g = torch.Generator().manual_seed(int(seed))
-            correction.weight.copy_(CORRECTION_START * torch.randn(correction.weight.shape, generator=g, dtype=DTYPE))
     for module in held:
         for p in module.parameters():
             p.requires_grad_(False)
