@@ -8,7 +8,8 @@ learned engine twice — the checkpoint as it is, and with every learned output 
 scales, correction, skinning weight field) set to zero (`NeurokModel.classical_prior`), i.e. the
 classical material in the eigenfunction subspace. Prints rel_l2 over
 the whole rollout (mean vertex distance / rest diagonal) beside hold-still, and the lowest volume
-/ rest, the mean edge strain and the largest share of flipped triangles of each; `--sheets`
+/ rest, the mean edge strain and the largest share of flipped triangles of each (a run whose step
+cannot be solved is scored holding its last good frame, and says so); `--sheets`
 writes a contact sheet per scene (reference | trained | prior). This is the rule for the bundled model (issue 24): until a trained
 density beats its prior here, the bundled checkpoint is the prior.
 """
@@ -39,7 +40,19 @@ def measures(pred, true, setup) -> dict:
 
 def describe(m) -> str:
     volume = "n/a" if m["volume_min"] is None else f"{m['volume_min']:.2f}"
-    return f"volume {volume}, strain {m['strain']:.1%}, flipped {m['flipped']:.0%}"
+    fault = f", no step solved at frame {m['fault_frame']} (held from there)" if m.get("fault_frame") else ""
+    return f"volume {volume}, strain {m['strain']:.1%}, flipped {m['flipped']:.0%}{fault}"
+
+
+def bake_or_hold(run, setup):
+    """(frames, the frame a step could not be solved at or None): a run that faults is scored
+    holding its last good frame, as the evaluation scores it."""
+    from engine.api import SimulationFault
+    try:
+        return run.bake(), None
+    except SimulationFault as fault:
+        good = fault.positions if fault.positions is not None and len(fault.positions) else np.asarray(setup.x0)[None]
+        return np.concatenate([good, np.repeat(good[-1:], setup.frames - len(good), axis=0)]), len(good)
 
 
 def main(argv=None) -> int:
@@ -69,9 +82,11 @@ def main(argv=None) -> int:
             true = reference_rollout(setup)
             row = {"reference": measures(true, true, setup)}
             row["hold_still"] = measures(np.repeat(true[:1], len(true), 0), true, setup)["rel_l2"]
-            runs = {label: NeurokRun(model, setup).bake() for label, model in models.items()}
+            runs, faults = {}, {}
+            for label, model in models.items():
+                runs[label], faults[label] = bake_or_hold(NeurokRun(model, setup), setup)
             for label, pred in runs.items():
-                row[label] = measures(pred, true, setup)
+                row[label] = dict(measures(pred, true, setup), fault_frame=faults[label])
             rows[name] = row
             if args.sheets:
                 contact_sheet(dict(reference=true, **runs), setup.faces, Path(args.sheets) / f"{name}.png",

@@ -74,7 +74,7 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
     energy = _finite(t.energy)
     if not math.isfinite(energy):
         return q, False
-    L, fresh = factorize(ctx, q, t.hess), q is ctx.q_n
+    L, fresh = factorize(ctx, q, t.hess), ctx.start_hessian is None or q is ctx.q_n
     previous = math.inf
     for _ in range(iterations):
         step = -torch.cholesky_solve(t.grad[:, None], L)[:, 0]

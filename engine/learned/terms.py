@@ -51,18 +51,19 @@ class StepContext:
     frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: interactions.py)
     fast_hessian: bool = False   # assemble the elastic Hessian in float32 (Newton's matrix only; energy and gradient stay float64)
     quadratic: tuple | None = None   # (energy, gradient, Hessian) of the quadratic terms at q = 0 (`quadratic_part`)
-    start_hessian: torch.Tensor | None = None   # the exact elastic Hessian at q_n: Newton's first matrix
+    start_hessian: torch.Tensor | None = None   # the elastic Hessian at q_n (`build`): Newton's first matrix
 
     @classmethod
     def build(cls, scene: LatentScene, frame: int, q_n, qd_n, h: float, fast=False):
         """The step's inputs. The Rayleigh damping is evaluated at this step's own start q_n, as
         the reference does: a K from half a frame before has its null space turned away from the
         body's present pose and damps turning and folding (a flag in wind: rel_l2 0.219 with K
-        once per 24 fps frame, 0.142 per step). Its elastic Hessian then also serves as Newton's
-        first matrix, so a step still assembles one Hessian before iterating. `fast`: Hessians
-        assembled in float32 (they only steer Newton and set the damping)."""
-        K_n = scene.elastic(q_n, True, False, fast)[2]
-        damping = rayleigh(scene, q_n, fast, exact_hessian=K_n)
+        once per 24 fps frame, 0.142 per step). That elastic Hessian at q_n (exact, or projected
+        per sample where the subspace is too large to project as a whole: `stiffness_psd`) also
+        serves as Newton's first matrix, so a step assembles one Hessian before iterating.
+        `fast`: Hessians assembled in float32 (they only steer Newton and set the damping)."""
+        K_n = scene.elastic(q_n, True, scene.dims > REDUCED_PROJECTION_DIMS, fast)[2]
+        damping = rayleigh(scene, q_n, fast, hessian=K_n)
         prev = scene.contact_rest + torch.einsum("kid,d->ki", scene.contact_V, q_n)
         force = scene.forcing(frame) + interactions.field_force(scene, frame, q_n, qd_n)  # fields on the deformed surface
         heights = scene.node_heights(q_n.detach()) if scene.has_floor else None
@@ -70,30 +71,31 @@ class StepContext:
                    node_heights=heights, fast_hessian=fast, start_hessian=K_n.detach())
 
 
-def rayleigh(scene: LatentScene, q, fast=False, exact_hessian=None) -> torch.Tensor:
+def rayleigh(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tensor:
     """Rayleigh damping D = alpha I + beta K(q) (the mass matrix is I in this basis), with K made
-    positive semi-definite (`stiffness_psd`). `fast`: K assembled in float32; `exact_hessian`:
-    the elastic Hessian at q if the caller has it."""
+    positive semi-definite (`stiffness_psd`). `fast`: K assembled in float32; `hessian`: the
+    elastic Hessian at q if the caller has it (exact, or projected per sample beyond
+    REDUCED_PROJECTION_DIMS coordinates)."""
     mat = scene.setup.material
     beta, alpha = scene.model.energy.damping_scales(scene.features)     # a learned material's multipliers
     D = float(mat.get("air_damping", 0.0)) * alpha * torch.eye(scene.dims, dtype=DTYPE, device=q.device)
     if mat.get("damping", 0.0) > 0:
-        D = D + float(mat["damping"]) * beta * stiffness_psd(scene, q, fast, exact_hessian)
+        D = D + float(mat["damping"]) * beta * stiffness_psd(scene, q, fast, hessian)
     return D
 
 
 REDUCED_PROJECTION_DIMS = 192   # up to this many coordinates K is projected as a whole
 
 
-def stiffness_psd(scene: LatentScene, q, fast=False, exact_hessian=None) -> torch.Tensor:
+def stiffness_psd(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tensor:
     """The elastic Hessian at q with its negative eigenvalues set to zero. In a small subspace
     this is done on the reduced matrix itself (one eigendecomposition): exact where K is positive
     semi-definite already, and at these sizes 2-3x cheaper than projecting every sample's 9x9
     Hessian (which also stiffens the modes the samples' negative curvatures cancel in the sum).
     Larger subspaces project each sample's Hessian before the sum."""
     if scene.dims > REDUCED_PROJECTION_DIMS:
-        return scene.elastic(q, True, True, fast)[2]
-    K = scene.elastic(q, True, False, fast)[2] if exact_hessian is None else exact_hessian
+        return scene.elastic(q, True, True, fast)[2] if hessian is None else hessian
+    K = scene.elastic(q, True, False, fast)[2] if hessian is None else hessian
     K = 0.5 * (K + K.T)
     if int(torch.linalg.cholesky_ex(K)[1]) == 0:
         return K
