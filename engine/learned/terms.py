@@ -51,24 +51,27 @@ class StepContext:
     frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: interactions.py)
     fast_hessian: bool = False   # assemble the elastic Hessian in float32 (Newton's matrix only; energy and gradient stay float64)
     quadratic: tuple | None = None   # (energy, gradient, Hessian) of the quadratic terms at q = 0 (`quadratic_part`)
-    start_hessian: torch.Tensor | None = None   # the elastic Hessian at q_n (`build`): Newton's first matrix
+    start_hessian: torch.Tensor | None = None   # the exact elastic Hessian at q_n, Newton's first matrix (small subspaces: `build`)
 
     @classmethod
     def build(cls, scene: LatentScene, frame: int, q_n, qd_n, h: float, fast=False):
         """The step's inputs. The Rayleigh damping is evaluated at this step's own start q_n, as
         the reference does: a K from half a frame before has its null space turned away from the
         body's present pose and damps turning and folding (a flag in wind: rel_l2 0.219 with K
-        once per 24 fps frame, 0.142 per step). That elastic Hessian at q_n (exact, or projected
-        per sample where the subspace is too large to project as a whole: `stiffness_psd`) also
-        serves as Newton's first matrix, so a step assembles one Hessian before iterating.
+        once per 24 fps frame, 0.142 per step). In a small subspace that elastic Hessian at q_n
+        (exact) also serves as Newton's first matrix, so a step assembles one Hessian before
+        iterating. A larger one projects K per sample (`stiffness_psd`), and Newton starting from
+        that projected matrix missed its tolerance on undamped cloth (implicit midpoint, a flag: 9
+        of 20 steps), so there Newton's first matrix is the exact one at its guess, as before.
         `fast`: Hessians assembled in float32 (they only steer Newton and set the damping)."""
-        K_n = scene.elastic(q_n, True, scene.dims > REDUCED_PROJECTION_DIMS, fast)[2]
+        small = scene.dims <= REDUCED_PROJECTION_DIMS
+        K_n = scene.elastic(q_n, True, not small, fast)[2]
         damping = rayleigh(scene, q_n, fast, hessian=K_n)
         prev = scene.contact_rest + torch.einsum("kid,d->ki", scene.contact_V, q_n)
         force = scene.forcing(frame) + interactions.field_force(scene, frame, q_n, qd_n)  # fields on the deformed surface
         heights = scene.node_heights(q_n.detach()) if scene.has_floor else None
         return cls(scene, h, q_n, qd_n, force, scene.pin_b(frame + 1), damping, prev, frame=frame,
-                   node_heights=heights, fast_hessian=fast, start_hessian=K_n.detach())
+                   node_heights=heights, fast_hessian=fast, start_hessian=K_n.detach() if small else None)
 
 
 def rayleigh(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tensor:
