@@ -44,17 +44,6 @@ def describe(m) -> str:
     return f"volume {volume}, strain {m['strain']:.1%}, flipped {m['flipped']:.0%}{fault}"
 
 
-def bake_or_hold(run, setup):
-    """(frames, the frame a step could not be solved at or None): a run that faults is scored
-    holding its last good frame, as the evaluation scores it."""
-    from engine.api import SimulationFault
-    try:
-        return run.bake(), None
-    except SimulationFault as fault:
-        good = fault.positions if fault.positions is not None and len(fault.positions) else np.asarray(setup.x0)[None]
-        return np.concatenate([good, np.repeat(good[-1:], setup.frames - len(good), axis=0)]), len(good)
-
-
 def main(argv=None) -> int:
     import torch
 
@@ -63,8 +52,9 @@ def main(argv=None) -> int:
     from engine.evaluation.scene_eval import reference_rollout
     from engine.evaluation.scenes import evaluation_scenes
     from engine.evaluation.suite import SMALL_SCENES
-    from engine.learned.checkpoint import default_model_path, load_checkpoint
-    from engine.learned.runtime import NeurokRun
+    from engine.evaluation.metrics import predict
+    from engine.learned.checkpoint import default_model_path
+    from engine.learned.runtime import NeurokEngine
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None)
     p.add_argument("--frames", type=int, default=36)
@@ -73,7 +63,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     path = args.model or default_model_path()
-    models = {"trained": load_checkpoint(path)[0], "prior": load_checkpoint(path)[0].classical_prior()}
+    engines = {"trained": NeurokEngine(path), "prior": NeurokEngine(path)}
+    engines["prior"].model.classical_prior()
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         cases, _ = evaluation_scenes(SMALL_SCENES, args.frames, Path(tmp))
@@ -82,11 +73,10 @@ def main(argv=None) -> int:
             true = reference_rollout(setup)
             row = {"reference": measures(true, true, setup)}
             row["hold_still"] = measures(np.repeat(true[:1], len(true), 0), true, setup)["rel_l2"]
-            runs, faults = {}, {}
-            for label, model in models.items():
-                runs[label], faults[label] = bake_or_hold(NeurokRun(model, setup), setup)
-            for label, pred in runs.items():
-                row[label] = dict(measures(pred, true, setup), fault_frame=faults[label])
+            runs = {}
+            for label, engine in engines.items():   # a run that faults is held at its last good frame
+                runs[label], fault, _, _ = predict(engine, setup)
+                row[label] = dict(measures(runs[label], true, setup), fault_frame=fault)
             rows[name] = row
             if args.sheets:
                 contact_sheet(dict(reference=true, **runs), setup.faces, Path(args.sheets) / f"{name}.png",
@@ -94,7 +84,7 @@ def main(argv=None) -> int:
             print(f"{name:11} hold still {row['hold_still']:.3f} | trained {row['trained']['rel_l2']:.3f} "
                   f"({describe(row['trained'])}) | prior {row['prior']['rel_l2']:.3f} ({describe(row['prior'])}) "
                   f"| reference ({describe(row['reference'])})", flush=True)
-    mean = {k: float(np.mean([r[k]["rel_l2"] for r in rows.values()])) for k in models}
+    mean = {k: float(np.mean([r[k]["rel_l2"] for r in rows.values()])) for k in engines}
     print(f"mean rel_l2: trained {mean['trained']:.3f}, prior {mean['prior']:.3f}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -60,25 +60,24 @@ class StepContext:
         body's present pose and damps turning and folding (a flag in wind: rel_l2 0.219 with K
         once per 24 fps frame, 0.142 per step). In a small subspace that elastic Hessian at q_n
         (exact) also serves as Newton's first matrix, so a step assembles one Hessian before
-        iterating. A larger one projects K per sample (`stiffness_psd`), and Newton starting from
-        that projected matrix missed its tolerance on undamped cloth (implicit midpoint, a flag: 9
-        of 20 steps), so there Newton's first matrix is the exact one at its guess, as before.
+        iterating. A larger one projects K per sample (`stiffness_psd`, only where the material
+        has stiffness damping), and Newton starting from that projected matrix missed its
+        tolerance on undamped cloth (implicit midpoint, a flag: 9 of 20 steps), so there Newton's
+        first matrix is the exact one at its guess, as before.
         `fast`: Hessians assembled in float32 (they only steer Newton and set the damping)."""
-        small = scene.dims <= REDUCED_PROJECTION_DIMS
-        K_n = scene.elastic(q_n, True, not small, fast)[2]
+        K_n = scene.elastic(q_n, True, False, fast)[2] if scene.dims <= REDUCED_PROJECTION_DIMS else None
         damping = rayleigh(scene, q_n, fast, hessian=K_n)
         prev = scene.contact_rest + torch.einsum("kid,d->ki", scene.contact_V, q_n)
         force = scene.forcing(frame) + interactions.field_force(scene, frame, q_n, qd_n)  # fields on the deformed surface
         heights = scene.node_heights(q_n.detach()) if scene.has_floor else None
         return cls(scene, h, q_n, qd_n, force, scene.pin_b(frame + 1), damping, prev, frame=frame,
-                   node_heights=heights, fast_hessian=fast, start_hessian=K_n.detach() if small else None)
+                   node_heights=heights, fast_hessian=fast, start_hessian=None if K_n is None else K_n.detach())
 
 
 def rayleigh(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tensor:
     """Rayleigh damping D = alpha I + beta K(q) (the mass matrix is I in this basis), with K made
-    positive semi-definite (`stiffness_psd`). `fast`: K assembled in float32; `hessian`: the
-    elastic Hessian at q if the caller has it (exact, or projected per sample beyond
-    REDUCED_PROJECTION_DIMS coordinates)."""
+    positive semi-definite (`stiffness_psd`). `fast`: K assembled in float32; `hessian`:
+    the exact elastic Hessian at q if the caller has it."""
     mat = scene.setup.material
     beta, alpha = scene.model.energy.damping_scales(scene.features)     # a learned material's multipliers
     D = float(mat.get("air_damping", 0.0)) * alpha * torch.eye(scene.dims, dtype=DTYPE, device=q.device)
@@ -95,9 +94,10 @@ def stiffness_psd(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tens
     this is done on the reduced matrix itself (one eigendecomposition): exact where K is positive
     semi-definite already, and at these sizes 2-3x cheaper than projecting every sample's 9x9
     Hessian (which also stiffens the modes the samples' negative curvatures cancel in the sum).
-    Larger subspaces project each sample's Hessian before the sum."""
+    Larger subspaces project each sample's Hessian before the sum. `hessian`: the exact elastic
+    Hessian at q if the caller has it (what a small subspace projects)."""
     if scene.dims > REDUCED_PROJECTION_DIMS:
-        return scene.elastic(q, True, True, fast)[2] if hessian is None else hessian
+        return scene.elastic(q, True, True, fast)[2]
     K = scene.elastic(q, True, False, fast)[2] if hessian is None else hessian
     K = 0.5 * (K + K.T)
     if int(torch.linalg.cholesky_ex(K)[1]) == 0:
