@@ -149,8 +149,12 @@ def test_elastic_energy_refuses_an_inverted_state(model):
     assert all(b > a for a, b in zip(energies, energies[1:])) and energies[-1] > 10 * energies[0]
 
 
-@pytest.mark.parametrize("family,seed", (("box", 1), ("sheet", 0)))
-def test_step_gradient_is_the_gradient_of_the_incremental_potential(model, family, seed):
+@pytest.mark.parametrize("family,seed,per_sample", (("box", 1, False), ("box", 1, True), ("sheet", 0, False)))
+def test_step_gradient_is_the_gradient_of_the_incremental_potential(model, family, seed, per_sample, monkeypatch):
+    """`per_sample`: the damping's stiffness kept sample by sample and applied without assembling
+    it, as in subspaces past `terms.REDUCED_PROJECTION_DIMS` coordinates (this sheet's)."""
+    if per_sample:
+        monkeypatch.setattr("engine.learned.terms.REDUCED_PROJECTION_DIMS", 0)
     mesh = shape(family, seed)
     setup = make_setup(mesh, frames=4, floor={"z": float(mesh.vertices[:, 2].min()) + 0.05 * diagonal(mesh)},
                        pins=[{"select": {"box": {"min": [0, 0, 0], "max": [0.2, 1, 1]}}}],
@@ -172,6 +176,23 @@ def test_step_gradient_is_the_gradient_of_the_incremental_potential(model, famil
     np.testing.assert_allclose(terms.hess.numpy(), exact.numpy(), rtol=1e-6, atol=1e-7 * float(exact.abs().max()))
     ctx.exact_hessian = False    # what Newton falls back to where the exact one is not positive definite
     assert float(torch.linalg.eigvalsh(total(q.detach(), ctx).hess).min()) > 0.0
+    assert (ctx.damping.blocks is not None) == (per_sample or family == "sheet")
+
+
+def test_a_sheet_decodes_by_blending_its_handles_as_its_basis_says(engine):
+    """A sheet's frames are decoded by blending its handles' affine maps (`runtime.handle_blend`),
+    not through its vertices x coordinates basis: the same positions."""
+    mesh = shape("sheet", 0)
+    setup = make_setup(mesh, frames=6, gravity=[0.0, 0.0, -9.81],
+                       pins=[{"select": {"box": {"min": [0, 0, 0], "max": [0.1, 1, 1]}}}])
+    run = engine.prepare(setup)
+    assert run._blend is not None
+    frames = run.bake()
+    latents = [q for q, _ in run.latent_frames()]
+    moved = np.abs(frames[-1] - frames[0]).max()
+    assert moved > 1e-3 * diagonal(mesh)
+    for f in range(1, len(frames)):
+        np.testing.assert_allclose(frames[f], run.scene.decode_metres(latents[f]), atol=1e-6 * diagonal(mesh))
 
 
 def test_a_hundred_times_the_force_never_inverts_a_sample(model):

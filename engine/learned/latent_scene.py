@@ -113,24 +113,39 @@ class LatentScene:
         """Local coordinates of every cubature sample (vec F, or a triangle's two edges) at q."""
         return self.offset + (self.G_flat @ q).view(self.offset.shape)
 
-    def elastic(self, q, need_hess=True, project=True, fast=False):
+    def elastic(self, q, need_hess=True, project=True, fast=False, extra=None):
         """(energy, gradient, Hessian) of w0^2 sum_k c_k psi(F_k(q)) (+ reduced bending for cloth).
         `project`: each sample's Hessian made positive semi-definite (else the exact one).
         `fast`: the Hessian assembled in float32 (for Newton's matrix, which only steers the
-        iterations; 2x faster on a CPU, more on a GPU)."""
+        iterations; 2x faster on a CPU, more on a GPU). `extra` [K,m,m]: more per-sample
+        Hessians assembled with these (the damping's, `terms.Damping`): one assembly for both."""
         psi, dpsi, h_local = self.density_terms(self.local(q), need_hess, project)
         c = self.w0sq * self.weights
         energy = torch.dot(c, psi)
         g = (c[:, None] * dpsi).view(-1) @ self.G_flat
         H = None
         if need_hess:
-            H = self._assemble(h_local * c[:, None, None], fast)
+            h_local = h_local * c[:, None, None]
+            H = self._assemble(h_local if extra is None else h_local + extra, fast)
         if self.bending is not None:
             Kb = self.w0sq * self.bending_scale() * self.bending
             energy = energy + 0.5 * q @ Kb @ q
             g = g + Kb @ q
             H = None if H is None else H + Kb
         return energy, g, H
+
+    def sample_hessians(self, q):
+        """Each sample's elastic Hessian at q, positive semi-definite and weighted
+        (w0^2 c_k d2psi_k [K,m,m]), and the constant bending matrix (cloth; else None): the
+        elastic Hessian, projected, is `_assemble` of the first plus the second."""
+        h_local = self.density_terms(self.local(q), True, True)[2]
+        bending = None if self.bending is None else self.w0sq * self.bending_scale() * self.bending
+        return h_local * (self.w0sq * self.weights)[:, None, None], bending
+
+    def sample_apply(self, blocks, v):
+        """sum_k G_k^T b_k G_k v without assembling it: per-sample matrices [K,m,m] times v [d]."""
+        local = (self.G_flat @ v).view(self.offset.shape)
+        return torch.einsum("kij,kj->ki", blocks, local).reshape(-1) @ self.G_flat
 
     def _assemble(self, h_local, fast):
         """sum_k G_k^T h_k G_k: the reduced Hessian of per-sample Hessians h_k [K,m,m]."""

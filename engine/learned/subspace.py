@@ -284,6 +284,8 @@ class Subspace:
     bending: sp.csr_matrix | None   # cloth: [n,n] quadratic bending matrix (normalised units)
     contact: np.ndarray           # [Kc] vertex indices where the floor is felt
     cubature_error: float = 0.0   # relative error of the fitted reduced force on held-out poses
+    centre: np.ndarray | None = None            # [3] the nodes' centre of mass (Xc = X - centre)
+    handle_transform: np.ndarray | None = None  # [12H,d] the handles' affine coordinates of q: node_basis = J T
 
     @property
     def dims(self) -> int:
@@ -325,13 +327,17 @@ def handle_jacobian(points, centre, weights):
 def mass_orthonormal(J, mass, drop=1e-9) -> np.ndarray:
     """Columns spanning the same displacements as J [n,3,k], with J^T diag(m) J = I; directions
     the nodes cannot feel (e.g. stretching across a flat sheet) are dropped."""
+    return (J.reshape(-1, J.shape[2]) @ mass_orthonormal_transform(J, mass, drop)).reshape(J.shape[0], 3, -1)
+
+
+def mass_orthonormal_transform(J, mass, drop=1e-9) -> np.ndarray:
+    """T [k,d] of `mass_orthonormal`: its basis is J T (so T q are the handles' coordinates)."""
     flat = J.reshape(-1, J.shape[2])
     mw = np.repeat(mass, 3)
     G = flat.T @ (mw[:, None] * flat)
     vals, vecs = np.linalg.eigh(G)
     keep = vals > drop * vals.max()
-    T = vecs[:, keep] / np.sqrt(vals[keep])
-    return (flat @ T).reshape(J.shape[0], 3, -1)
+    return vecs[:, keep] / np.sqrt(vals[keep])
 
 
 def bending_matrix(x, faces) -> sp.csr_matrix:
@@ -395,14 +401,16 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
     functions, spectrum = smooth_functions(L, node_mass, max(2 * handles, 2 * getattr(weight_field, "handles", 0)))
     weights = handle_weights(functions, spectrum, handles, weight_field)
     centre = (node_mass[:, None] * nodes).sum(axis=0)
-    node_basis = mass_orthonormal(handle_jacobian(nodes, centre, weights), node_mass)
+    J = handle_jacobian(nodes, centre, weights)
+    transform = mass_orthonormal_transform(J, node_mass)
+    node_basis = (J.reshape(-1, J.shape[2]) @ transform).reshape(len(nodes), 3, -1)
     d = node_basis.shape[2]
     vertex_basis = (W @ node_basis.reshape(len(nodes), -1)).reshape(len(x), 3, d)
     contact = farthest_point_sample(x, contact_samples)
     common = dict(kind="solid" if solid else "cloth", norm=norm, rest=x, faces=faces, nodes=nodes,
                   node_mass=node_mass, W=W, weights=weights, functions=functions, spectrum=spectrum,
                   node_basis=node_basis, vertex_basis=vertex_basis,
-                  contact=np.unique(contact))
+                  contact=np.unique(contact), centre=centre, handle_transform=transform)
     if solid:
         volume = lat.inside_share / lat.inside_share.sum()
         chosen, weights, error = fitted_cubature(kind, node_basis, nodes, node_mass, lat.cell_nodes, volume,

@@ -44,14 +44,15 @@ class StepContext:
     qd_n: torch.Tensor
     force: torch.Tensor          # generalised gravity + painted forces over the step
     pin_b: torch.Tensor          # pin targets at the end of the step, reduced
-    damping: torch.Tensor        # Rayleigh D = alpha I + beta K(q_n)
+    damping: "Damping"           # Rayleigh D = alpha I + beta K(q_n)
     contact_prev: torch.Tensor   # contact sample positions at q_n (friction)
     node_heights: torch.Tensor | None = None   # the nodes' heights at q_n (floor contact: `LatentScene.floor_points`)
     exact_hessian: bool = True   # the exact elastic Hessian (Newton falls back to projected samples if needed)
     frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: interactions.py)
     fast_hessian: bool = False   # assemble the elastic Hessian in float32 (Newton's matrix only; energy and gradient stay float64)
     quadratic: tuple | None = None   # (energy, gradient, Hessian) of the quadratic terms at q = 0 (`quadratic_part`)
-    start_hessian: torch.Tensor | None = None   # the exact elastic Hessian at q_n, Newton's first matrix (small subspaces: `build`)
+    start_hessian: torch.Tensor | None = None   # the exact elastic Hessian at q_n, Newton's first matrix (small subspaces
+                                                # only, where the damping is one dense matrix: `build`)
 
     @classmethod
     def build(cls, scene: LatentScene, frame: int, q_n, qd_n, h: float, fast=False):
@@ -60,10 +61,10 @@ class StepContext:
         body's present pose and damps turning and folding (a flag in wind: rel_l2 0.219 with K
         once per 24 fps frame, 0.142 per step). In a small subspace that elastic Hessian at q_n
         (exact) also serves as Newton's first matrix, so a step assembles one Hessian before
-        iterating. A larger one projects K per sample (`stiffness_psd`, only where the material
-        has stiffness damping), and Newton starting from that projected matrix missed its
-        tolerance on undamped cloth (implicit midpoint, a flag: 9 of 20 steps), so there Newton's
-        first matrix is the exact one at its guess, as before.
+        iterating. A larger one keeps K's projected samples apart (`Damping`), assembled with
+        each Newton matrix instead of on their own; Newton's first matrix is the exact one at its
+        guess (starting from the projected K at q_n missed the tolerance on undamped cloth:
+        implicit midpoint, a flag, 9 of 20 steps).
         `fast`: Hessians assembled in float32 (they only steer Newton and set the damping)."""
         K_n = scene.elastic(q_n, True, False, fast)[2] if scene.dims <= REDUCED_PROJECTION_DIMS else None
         damping = rayleigh(scene, q_n, fast, hessian=K_n)
@@ -74,16 +75,37 @@ class StepContext:
                    node_heights=heights, fast_hessian=fast, start_hessian=None if K_n is None else K_n.detach())
 
 
-def rayleigh(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tensor:
+@dataclass
+class Damping:
+    """A step's Rayleigh damping matrix as D = dense + sum_k G_k^T b_k G_k. In a small subspace
+    it is all `dense` (K projected as a whole). In a larger one K is projected sample by sample,
+    and those samples' matrices `blocks` [K,m,m] are kept apart: D is applied to a vector
+    sample by sample, and its Hessian is assembled together with the elastic term's, so a
+    Newton matrix costs one assembly, not two (a 10k-vertex cloth sheet: see the README's
+    speed section)."""
+    dense: torch.Tensor
+    blocks: torch.Tensor | None = None
+
+    def apply(self, scene: LatentScene, v):
+        out = self.dense @ v
+        return out if self.blocks is None else out + scene.sample_apply(self.blocks, v)
+
+
+def rayleigh(scene: LatentScene, q, fast=False, hessian=None) -> Damping:
     """Rayleigh damping D = alpha I + beta K(q) (the mass matrix is I in this basis), with K made
-    positive semi-definite (`stiffness_psd`). `fast`: K assembled in float32; `hessian`:
-    the exact elastic Hessian at q if the caller has it."""
+    positive semi-definite (`stiffness_psd`; past REDUCED_PROJECTION_DIMS per sample, kept as
+    `Damping.blocks`). `fast`: K assembled in float32; `hessian`: the exact elastic Hessian at q
+    if the caller has it."""
     mat = scene.setup.material
     beta, alpha = scene.model.energy.damping_scales(scene.features)     # a learned material's multipliers
     D = float(mat.get("air_damping", 0.0)) * alpha * torch.eye(scene.dims, dtype=DTYPE, device=q.device)
-    if mat.get("damping", 0.0) > 0:
-        D = D + float(mat["damping"]) * beta * stiffness_psd(scene, q, fast, hessian)
-    return D
+    if mat.get("damping", 0.0) <= 0:
+        return Damping(D)
+    b = float(mat["damping"]) * beta
+    if scene.dims > REDUCED_PROJECTION_DIMS:
+        blocks, bending = scene.sample_hessians(q)
+        return Damping(D if bending is None else D + b * bending, b * blocks)
+    return Damping(D + b * stiffness_psd(scene, q, fast, hessian))
 
 
 REDUCED_PROJECTION_DIMS = 192   # up to this many coordinates K is projected as a whole
@@ -106,13 +128,14 @@ def stiffness_psd(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tens
     return (vecs * vals.clamp(min=0.0)) @ vecs.T
 
 
-def elastic(q, ctx, scene: LatentScene | None = None, need_hess=True) -> Terms:
+def elastic(q, ctx, scene: LatentScene | None = None, need_hess=True, extra=None) -> Terms:
     """w0^2 sum_k c_k psi(F_k(q)) (+ reduced quadratic bending for cloth): `LatentScene.elastic`.
     Per-sample Hessians are exact inside a step (inertia keeps the total positive definite; the
-    integrator checks) and projected elsewhere (damping, posing)."""
+    integrator checks) and projected elsewhere (damping, posing). `extra`: per-sample Hessians
+    assembled with the elastic ones."""
     project = ctx is None or not ctx.exact_hessian
     fast = ctx is not None and ctx.fast_hessian
-    return Terms(*(scene or ctx.scene).elastic(q, need_hess, project, fast))
+    return Terms(*(scene or ctx.scene).elastic(q, need_hess, project, fast, extra))
 
 
 def elastic_energy(q, scene: LatentScene):
@@ -136,9 +159,19 @@ def pins(q, ctx: StepContext, need_hess=True) -> Terms:
 
 
 def damping(q, ctx: StepContext, need_hess=True) -> Terms:
+    """The dense part of the damping (all of it in a small subspace; `elastic_term` adds the rest)."""
     dq = q - ctx.q_n
-    D = ctx.damping / ctx.h
+    D = ctx.damping.dense / ctx.h
     return Terms(0.5 * dq @ D @ dq, D @ dq, D)
+
+
+def sample_damping(q, ctx: StepContext):
+    """(energy, gradient) of the damping's per-sample part (`Damping.blocks`), or None."""
+    if ctx.damping.blocks is None:
+        return None
+    dq = q - ctx.q_n
+    Bdq = ctx.scene.sample_apply(ctx.damping.blocks, dq) / ctx.h
+    return 0.5 * torch.dot(dq, Bdq), Bdq
 
 
 def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
@@ -169,7 +202,13 @@ def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
 
 
 def elastic_term(q, ctx: StepContext, need_hess=True) -> Terms:
-    return elastic(q, ctx, need_hess=need_hess)
+    """The elastic energy, and the damping's per-sample part where it has one: that lives at the
+    same samples, so its Hessian is assembled with the elastic one."""
+    sample = sample_damping(q, ctx)
+    if sample is None:
+        return elastic(q, ctx, need_hess=need_hess)
+    t = elastic(q, ctx, need_hess=need_hess, extra=ctx.damping.blocks / ctx.h if need_hess else None)
+    return Terms(t.energy + sample[0], t.grad + sample[1], t.hess)
 
 
 def collider_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
@@ -216,6 +255,9 @@ def total_energy(q, ctx: StepContext):
     """The incremental potential alone (line search), +inf where a sample would invert."""
     e0, g0, A = quadratic_part(ctx)
     e = e0 + torch.dot(q, g0 + 0.5 * (A @ q)) + elastic_energy(q, ctx.scene)
+    sample = sample_damping(q, ctx)
+    if sample is not None:
+        e = e + sample[0]
     for term in NONLINEAR_TERMS[1:]:   # the elastic term has a cheaper energy-only path (above)
         t = term(q, ctx, need_hess=False)
         if t is not None:
