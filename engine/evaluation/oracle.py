@@ -189,14 +189,14 @@ class ReducedOracle:
         f_d = (np.asarray(self.sim.dof_mass, np.float64)[:, None] * np.asarray(s.gravity, np.float64)[None]).ravel()
         return self.Bx.T @ f_v + self.B.T @ f_d
 
-    def _floor(self, x, x_prev, need_hess, basis=None, mass=None, inset=0.0):
+    def _floor(self, x, x_prev, need_hess, basis=None, mass=None):
         z = self.setup.floor_z
         r = self.dofs
         if z is None:
             return 0.0, np.zeros(r), None
         basis = self.Bx if basis is None else basis
         mass = self.vertex_mass if mass is None else mass
-        pen = np.minimum(x[:, 2] - (z - inset), 0.0)
+        pen = np.minimum(x[:, 2] - z, 0.0)
         contact = pen < 0
         if not contact.any():
             return 0.0, np.zeros(r), (np.zeros((r, r)) if need_hess else None)
@@ -244,7 +244,7 @@ class ReducedOracle:
                 e_pin, g_pin = 0.5 * float(np.dot(self.kp * res, res)), self.Bx.T @ (self.kp * res)
             dq, dv = q - q_pred, q - q_n
             e_fl, g_fl, H_fl = self._floor(x, x_prev, need_hess)
-            e_nd, g_nd, H_nd = (self._floor(y, y_prev, need_hess, self.B, self.dof_mass, self.sim.node_inset) if self.node_floor
+            e_nd, g_nd, H_nd = (self._floor(y, y_prev, need_hess, self.B, self.dof_mass) if self.node_floor
                                 else (0.0, 0.0, None))
             Ddv = D @ dv
             e = (0.5 / h ** 2 * float(dq @ dq) + e_el - float(f @ q) + e_pin + e_fl + e_nd + 0.5 / h * float(dv @ Ddv))

@@ -21,11 +21,9 @@ resisted per substep) and u_i the displacement of the collider's closest point o
 Gradient and Gauss-Newton Hessian (k m n n^T + kf m T per contact) are per point; the simulator
 pulls them back to its degrees of freedom through W. The geometry (closest point, normal,
 inside test) is recomputed at every trial state of the Newton iteration. As with the floor, a
-solid's lattice nodes feel the colliders too (with their own masses), one lattice cell inside
-the surface: the lattice cells are the simulated body, and a node left to sink into a collider
-under a vertex held out of it folds the cell between them (measured: a rubber ball on a box
-sagged to half its height that way); felt at the surface itself, the cells that stick out past
-the mesh held it up as a flat sole (the floor: `ReferenceSimulator._floor_terms`).
+solid's lattice nodes feel the colliders too (with their own masses): the lattice cells are the
+simulated body, and a node left to sink into a collider under a vertex held out of it folds the
+cell between them (measured: a rubber ball on a box sagged to half its height that way).
 The collider's Damping is not used (backward Euler already removes the approach speed).
 
 Force fields -- `external_accel(setup, frame, x, v, cloth)`: the painted accelerations
@@ -62,11 +60,10 @@ def contacts(c: Collider, x: np.ndarray, frame: float, frame_prev: float | None 
     return idx, sd, n, disp
 
 
-def collider_terms(colliders, x, x_prev, mass, h, frame, frame_prev, need_hess=True, inset=0.0):
+def collider_terms(colliders, x, x_prev, mass, h, frame, frame_prev, need_hess=True):
     """(energy, gradient [3P], Hessian (sparse 3P x 3P) or None) of the collider penalty and
     friction on points x [P,3] (positions at the substep's start: x_prev), summed over
-    `colliders` at the substep's end `frame` (fractional; it started at `frame_prev`); the
-    points feel each collider `inset` inside its surface (a solid's lattice nodes)."""
+    `colliders` at the substep's end `frame` (fractional; it started at `frame_prev`)."""
     P = len(x)
     energy, g = 0.0, np.zeros((P, 3))
     rows, blocks = [], []
@@ -75,14 +72,9 @@ def collider_terms(colliders, x, x_prev, mass, h, frame, frame_prev, need_hess=T
         if geo is None:
             continue
         idx, sd, n, disp = geo
-        if inset > 0.0:
-            felt = sd < c.thickness_outer - inset
-            if not felt.any():
-                continue
-            idx, sd, n, disp = idx[felt], sd[felt], n[felt], disp[felt]
         m = mass[idx]
         k = m * FLOOR_OMEGA2
-        depth = c.thickness_outer - inset - sd
+        depth = c.thickness_outer - sd
         energy += 0.5 * float(np.sum(k * depth ** 2))
         np.add.at(g, idx, -(k * depth)[:, None] * n)
         nn = np.einsum("pi,pj->pij", n, n)

@@ -86,7 +86,6 @@ class ReferenceSimulator:
             area = np.where(area > 0, area, max(area.mean(), 1e-12) if area.any() else 1e-6)
             self.dof_mass = mat["density"] * area
             self.elastic = ClothModel(rest, np.asarray(setup.faces), mat["stiffness"], mat["bending"])
-            self.node_inset = 0.0
         else:
             lat = Lattice(rest, np.asarray(setup.faces), lattice_cells, order=order, snap_box=pinned_box(setup))
             self.lattice = lat
@@ -95,7 +94,6 @@ class ReferenceSimulator:
             self.elastic = StableNeoHookean(lat.nodes, lat.tets, mat["stiffness"], mat["poisson"], order=order,
                                             i2_share=mat.get("i2_share", 0.0))
             self.dof_mass = mat["density"] * lat.node_volume
-            self.node_inset = float(max(np.diff(p).max() for p in lat.planes))   # one cell
         self.self_contact = (LatticeSelfContact(self.lattice, mat["stiffness"])
                              if self.lattice is not None and self_contact else None)
         self._work = None               # the running substep's count
@@ -154,15 +152,14 @@ class ReferenceSimulator:
         f = self.W.T @ f_vertices + self.dof_mass[:, None] * np.asarray(s.gravity)[None, :]
         return np.asarray(f).ravel()
 
-    def _floor_terms(self, x, x_prev, need_hess, mass=None, inset=0.0):
-        """Floor penalty and friction on points x (vertices, or a solid's lattice nodes, which
-        feel the floor `inset` below its surface)."""
+    def _floor_terms(self, x, x_prev, need_hess, mass=None):
+        """Floor penalty and friction on points x (vertices, or a solid's lattice nodes)."""
         mass = self.vertex_mass if mass is None else mass
         z = self.setup.floor_z
         n = len(x)
         if z is None:
             return 0.0, np.zeros(3 * n), None
-        pen = np.minimum(x[:, 2] - (z - inset), 0.0)
+        pen = np.minimum(x[:, 2] - z, 0.0)
         contact = pen < 0
         k = mass * FLOOR_OMEGA2
         kf = mass * FLOOR_FRICTION / self.h ** 2
@@ -207,21 +204,17 @@ class ReferenceSimulator:
             e_pin, g_pin = self.pins.energy_grad(yf, pin_b, pin_c)
             e_floor, g_floor, H_floor = self._floor_terms(x, x_prev, need_hess)
             # the lattice body may not pass the floor either: a node pushed through it under a
-            # vertex held by it folds the cell between them (inverted elements). Its nodes feel
-            # it a cell below the surface, where no node of a resting body reaches: a lattice
-            # cell sticks out past the surface, and nodes felt at the surface itself held the body
-            # on the lattice's whole footprint (a soft toy whose centre of mass lies behind its
-            # feet stood upright) and braked it with their friction as well
-            e_nodes, g_nodes, H_nodes = (self._floor_terms(y, y_n, need_hess, self.dof_mass, self.node_inset)
+            # vertex held by it folds the cell between them (inverted elements)
+            e_nodes, g_nodes, H_nodes = (self._floor_terms(y, y_n, need_hess, self.dof_mass)
                                          if self.lattice is not None else (0.0, 0.0, None))
             if self.colliders:
                 e_col, g_col, H_col = collider_terms(self.colliders, x, x_prev, self.vertex_mass, h, t_end, t_start,
                                                      need_hess)
                 e_floor, g_floor = e_floor + e_col, g_floor + g_col
                 H_floor = H_col if H_floor is None else (H_floor if H_col is None else H_floor + H_col)
-                if self.lattice is not None:     # the lattice body may not pass a collider either (a cell inside)
+                if self.lattice is not None:     # the lattice body may not pass a collider either
                     e_cn, g_cn, H_cn = collider_terms(self.colliders, y, y_n, self.dof_mass, h, t_end, t_start,
-                                                      need_hess, inset=self.node_inset)
+                                                      need_hess)
                     e_nodes, g_nodes = e_nodes + e_cn, g_nodes + g_cn
                     H_nodes = H_cn if H_nodes is None else (H_nodes if H_cn is None else H_nodes + H_cn)
             if self._contact_on():
