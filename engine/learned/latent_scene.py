@@ -127,8 +127,8 @@ class LatentScene:
         if need_hess:
             h_local = h_local * c[:, None, None]
             H = self._assemble(h_local if extra is None else h_local + extra, fast)
-        if self.bending is not None:
-            Kb = self.w0sq * self.bending_scale() * self.bending
+        Kb = self.bending_stiffness()
+        if Kb is not None:
             energy = energy + 0.5 * q @ Kb @ q
             g = g + Kb @ q
             H = None if H is None else H + Kb
@@ -139,8 +139,11 @@ class LatentScene:
         (w0^2 c_k d2psi_k [K,m,m]), and the constant bending matrix (cloth; else None): the
         elastic Hessian, projected, is `_assemble` of the first plus the second."""
         h_local = self.density_terms(self.local(q), True, True)[2]
-        bending = None if self.bending is None else self.w0sq * self.bending_scale() * self.bending
-        return h_local * (self.w0sq * self.weights)[:, None, None], bending
+        return h_local * (self.w0sq * self.weights)[:, None, None], self.bending_stiffness()
+
+    def bending_stiffness(self):
+        """The reduced bending matrix w0^2 s Q [d,d] (cloth; s the learned bending scale), or None."""
+        return None if self.bending is None else self.w0sq * self.bending_scale() * self.bending
 
     def sample_apply(self, blocks, v):
         """sum_k G_k^T b_k G_k v without assembling it: per-sample matrices [K,m,m] times v [d]."""

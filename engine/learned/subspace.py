@@ -324,14 +324,10 @@ def handle_jacobian(points, centre, weights):
     return joined.reshape(P, 3, 12 * H)
 
 
-def mass_orthonormal(J, mass, drop=1e-9) -> np.ndarray:
-    """Columns spanning the same displacements as J [n,3,k], with J^T diag(m) J = I; directions
-    the nodes cannot feel (e.g. stretching across a flat sheet) are dropped."""
-    return (J.reshape(-1, J.shape[2]) @ mass_orthonormal_transform(J, mass, drop)).reshape(J.shape[0], 3, -1)
-
-
 def mass_orthonormal_transform(J, mass, drop=1e-9) -> np.ndarray:
-    """T [k,d] of `mass_orthonormal`: its basis is J T (so T q are the handles' coordinates)."""
+    """T [k,d] such that the columns of J T span the same displacements as J [n,3,k], with
+    (J T)^T diag(m) (J T) = I; directions the nodes cannot feel (e.g. stretching across a flat
+    sheet) are dropped. T q are the handles' own coordinates of q."""
     flat = J.reshape(-1, J.shape[2])
     mw = np.repeat(mass, 3)
     G = flat.T @ (mw[:, None] * flat)

@@ -86,10 +86,6 @@ class Damping:
     dense: torch.Tensor
     blocks: torch.Tensor | None = None
 
-    def apply(self, scene: LatentScene, v):
-        out = self.dense @ v
-        return out if self.blocks is None else out + scene.sample_apply(self.blocks, v)
-
 
 def rayleigh(scene: LatentScene, q, fast=False, hessian=None) -> Damping:
     """Rayleigh damping D = alpha I + beta K(q) (the mass matrix is I in this basis), with K made
@@ -112,14 +108,12 @@ REDUCED_PROJECTION_DIMS = 192   # up to this many coordinates K is projected as 
 
 
 def stiffness_psd(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tensor:
-    """The elastic Hessian at q with its negative eigenvalues set to zero. In a small subspace
-    this is done on the reduced matrix itself (one eigendecomposition): exact where K is positive
-    semi-definite already, and at these sizes 2-3x cheaper than projecting every sample's 9x9
-    Hessian (which also stiffens the modes the samples' negative curvatures cancel in the sum).
-    Larger subspaces project each sample's Hessian before the sum. `hessian`: the exact elastic
-    Hessian at q if the caller has it (what a small subspace projects)."""
-    if scene.dims > REDUCED_PROJECTION_DIMS:
-        return scene.elastic(q, True, True, fast)[2]
+    """The elastic Hessian at q with its negative eigenvalues set to zero, done on the reduced
+    matrix itself (one eigendecomposition): exact where K is positive semi-definite already, and
+    in a small subspace 2-3x cheaper than projecting every sample's 9x9 Hessian (which also
+    stiffens the modes the samples' negative curvatures cancel in the sum). Larger subspaces
+    project each sample's Hessian instead (`LatentScene.sample_hessians`, in `rayleigh`).
+    `hessian`: the exact elastic Hessian at q if the caller has it."""
     K = scene.elastic(q, True, False, fast)[2] if hessian is None else hessian
     K = 0.5 * (K + K.T)
     if int(torch.linalg.cholesky_ex(K)[1]) == 0:
