@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from engine.core.scene import setup_from_scene
-from engine.evaluation.distances import amplitude_ratio, centroid_path_error, horizon_means
+from engine.evaluation.distances import amplitude_ratio, centroid_path_error, end_turn_degrees, horizon_means
 from engine.evaluation.noise import noise_floor_for, read_noise_floor
 from engine.evaluation.physical import beam_quantities, damped_fit, fft_frequency
 from engine.evaluation.plausibility import aggregate_plausibility, plausibility_series, plausibility_summary
@@ -61,6 +61,18 @@ def test_horizons_centroid_and_amplitude(sphere):
     diag = np.linalg.norm(np.ptp(v, axis=0))
     assert amplitude_ratio(true, true, diag) == pytest.approx(1.0) and amplitude_ratio(still, true, diag) == 0.0
     assert centroid_path_error(still, true, diag) == pytest.approx(0.15 / diag)
+
+
+def test_end_turn_tells_a_body_lying_down_from_one_standing(sphere):
+    """Issue 23's upright measure: the angle between the up axes of two last frames, whatever
+    the body's heading about that axis or where it has moved."""
+    v = sphere.vertices * [1.0, 1.0, 2.0]                     # an egg standing on its end
+    c, s = math.cos(1.1), math.sin(1.1)
+    spun = v @ np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]]).T + [0.3, 0.1, 0.0]   # turned about z, moved
+    lying = v @ np.array([[1, 0, 0], [0, 0, -1], [0, 1, 0]]).T                   # tipped 90 degrees about x
+    standing = np.stack([v, spun])
+    assert end_turn_degrees(standing, np.stack([v, v]), v) == pytest.approx(0.0, abs=1e-3)
+    assert end_turn_degrees(np.stack([v, lying]), standing, v) == pytest.approx(90.0, abs=1e-3)
 
 
 def test_frequency_and_damping_of_a_damped_cosine():

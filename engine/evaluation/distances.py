@@ -12,12 +12,16 @@ the rest bounding-box diagonal).
 - pin drift: mean distance of pinned vertices from their (possibly animated) targets.
 - centroid path error and motion amplitude: does the body go where, and move as much as, the
   reference.
+- end turn: the angle between the body's up axis (its rest z axis turned by its best-fit
+  rotation) in the last predicted frame and in the last true one: does it end standing as the
+  reference does, or lying where the reference lies.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..core.geometry import triangle_areas
+from ..core.measures import best_rotation
 
 REPORT_FRAMES = (1, 10, 50, 100, 200)
 HORIZONS = (24, 100)            # plus "all": the whole rollout
@@ -141,3 +145,16 @@ def amplitude_ratio(pred, true, diag) -> float | None:
     if a_true < 1e-3 * diag:
         return None
     return motion_amplitude(pred) / a_true
+
+
+def up_axis(rest, x) -> np.ndarray:
+    """The body's rest z axis turned by the best-fit rotation of rest -> x."""
+    return best_rotation(np.asarray(rest, np.float64), np.asarray(x, np.float64))[:, 2]
+
+
+def end_turn_degrees(pred, true, rest) -> float | None:
+    """Angle (degrees) between the up axes of the last predicted and last true frames."""
+    if len(pred) < 2 or len(true) < 2:
+        return None
+    c = float(np.dot(up_axis(rest, pred[-1]), up_axis(rest, true[-1])))
+    return float(np.degrees(np.arccos(np.clip(c, -1.0, 1.0))))

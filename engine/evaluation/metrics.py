@@ -40,7 +40,7 @@ from ..core.measures import MeshMeasures
 from ..core.scene import setup_from_sequence
 from ..training.generate import load_index
 from .distances import (REPORT_FRAMES, amplitude_ratio, bbox_diagonal, centroid_path_error, chamfer_frames,
-                        chamfer_l1, first_unstable_frame, hold_from, horizon_means, pin_drift, rel_l2_curve,
+                        chamfer_l1, end_turn_degrees, first_unstable_frame, hold_from, horizon_means, pin_drift, rel_l2_curve,
                         sample_surface)
 from .energy import ENERGY_STEPS, energy_drift
 from .noise import mean_noise_floor, noise_floor_for
@@ -82,7 +82,8 @@ def sequence_metrics(pred, true, setup, fault=None, with_chamfer=True, truth=Non
            "pin_drift": pin_drift(held, setup, diag), "pin_drift_truth": pin_drift(true, setup, diag),
            "plausibility": plausibility_summary(series), "plausibility_24": plausibility_summary(series, 24),
            "truth_plausibility": truth["summary"],
-           "centroid_path_error": centroid_path_error(held, true, diag), "amplitude_ratio": amplitude_ratio(held, true, diag)}
+           "centroid_path_error": centroid_path_error(held, true, diag), "amplitude_ratio": amplitude_ratio(held, true, diag),
+           "end_turn_degrees": end_turn_degrees(held, true, setup.rest)}
     if keep_series:
         out["series"], out["truth_series"] = series, truth["series"]
     if with_chamfer and T > 1:

@@ -43,10 +43,11 @@ def read_noise_floor(raw: dict) -> dict:
     return {"available": True, "rel_l2": rel, "ratio_to_hold_still": ratio, "raw": raw}
 
 
-def noise_floor_for(setup, frames=None) -> dict:
-    """The noise floor of one setup, or {"available": False, "note": ...}."""
+def noise_floor_for(setup, frames=None, **kwargs) -> dict:
+    """The noise floor of one setup, or {"available": False, "note": ...}; `kwargs` go to
+    `noise_floor` (a solid's `lattice_cells`)."""
     try:
-        raw = noise_floor(setup, frames=frames)
+        raw = noise_floor(setup, frames=frames, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a failed measurement is reported, not fatal
         return {"available": False, "note": f"failed: {type(exc).__name__}: {str(exc)[:160]}"}
     return read_noise_floor(dict(raw))

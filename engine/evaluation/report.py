@@ -126,6 +126,18 @@ def _amplitude_part(amp):
     return None
 
 
+def _degrees(v):
+    return "n/a" if v is None else f"{v:.0f}°"
+
+
+def _turn_part(r):
+    turn = r["neurok"].get("end_turn_degrees")
+    if turn is None or turn <= TARGETS["end_turn_degrees"]:
+        return None
+    return say("find_turned", degrees=_degrees(turn), oracle=_degrees(r["oracle"].get("end_turn_degrees")),
+               target=f"{TARGETS['end_turn_degrees']:g}")
+
+
 def _stability_part(r):
     if not r["neurok"].get("unstable"):
         return None
@@ -163,7 +175,7 @@ def _fold_part(r, m, ref):
 def _scene_finding(r):
     m, ref, o = r["neurok"]["plausibility"], r["reference"]["plausibility"], r["oracle"]["plausibility"]
     parts = [_volume_part(m, ref, o), _strain_part(m, ref, o), *_shape_parts(r, m, ref),
-             _amplitude_part(r["neurok"].get("amplitude_ratio")), _stability_part(r), _distance_part(r),
+             _amplitude_part(r["neurok"].get("amplitude_ratio")), _turn_part(r), _stability_part(r), _distance_part(r),
              _fold_part(r, m, ref)]
     parts = [p for p in parts if p]
     return say("find_scene", name=r["name"], title=r["title"], parts="; ".join(parts)) if parts else None
@@ -256,7 +268,8 @@ def findings(scenes, beam, stress, result) -> list[str]:
 
 def headline_table(scenes) -> str:
     header = ["scene", "vertices", "handles", "volume min", "strain", "max strain", "flipped", "rel_l2 1..24 model", "oracle",
-              "noise floor", "hold still", "rel_l2 whole model", "oracle", "hold still", "amplitude"]
+              "noise floor", "hold still", "rel_l2 whole model", "oracle", "hold still", "amplitude",
+              "end turn model / oracle"]
     rows = []
     for r in scenes.get("scenes", []):
         if "neurok" not in r:
@@ -270,7 +283,8 @@ def headline_table(scenes) -> str:
                      f"**{fmt(h_m.get('24'), 3)}**", fmt(h_o.get("24"), 3),
                      fmt(nf.get("rel_l2"), 3) if nf.get("available") else "n/a", fmt(h_s.get("24"), 3),
                      f"**{fmt(h_m.get('all'), 3)}**", fmt(h_o.get("all"), 3), fmt(h_s.get("all"), 3),
-                     fmt(r["neurok"].get("amplitude_ratio"), 2)])
+                     fmt(r["neurok"].get("amplitude_ratio"), 2),
+                     f"{_degrees(r['neurok'].get('end_turn_degrees'))} / {_degrees(r['oracle'].get('end_turn_degrees'))}"])
     return _table(header, rows)
 
 

@@ -2,9 +2,9 @@
 (`physical.py`): distances at the three horizons, plausibility of all three, the noise floor,
 and the pictures (contact sheet + GIF per scene, `render.py`).
 
-Ground truth is the reference simulator at the data generator's settings (the resolution the
-model was trained on); the oracle runs on the same discretisation, so its error is the
-subspace's alone.
+Ground truth is the reference simulator on a lattice fine enough that its answer no longer
+changes with it (`EVALUATION_LATTICE`; the data generator's coarser 4 cells are for making data
+fast); the oracle runs on the same discretisation, so its error is the subspace's alone.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..api import SimulationFault, open_engine
 from ..core.progress import ProgressBar
 from ..core.scene import setup_from_scene
 from ..reference.simulator import ReferenceSimulator
-from ..training.generate import GENERATOR_LATTICE, GENERATOR_SUBSTEP
+from ..training.generate import GENERATOR_SUBSTEP
 from .distances import bbox_diagonal, rel_l2_curve
 from .metrics import predict, sequence_metrics, truth_measures
 from .noise import noise_floor_for
@@ -26,17 +26,30 @@ from .physical import beam_quantities, compare
 from .render import animation, contact_sheet
 from .scenes import beam_mesh, beam_scene, evaluation_scenes
 
-REFERENCE_SETTINGS = {"lattice_cells": GENERATOR_LATTICE, "substep": GENERATOR_SUBSTEP}
+# Quadratic cells along a solid's longest side for the ground truth (the reference caps a body at
+# 500 occupied cells). At the generator's 4 the soft toy is 24 cells and its bottom layer of
+# nodes holds it upright on a flat sole wider than its feet, and the torus has one cell through
+# its tube; at 12 the solids' paths are within 0.003 (toy) of their 16-cell paths, where 4 cells
+# were 0.24 from them (`tools/ground_truth_convergence.py`, docs/EVALUATION.md).
+EVALUATION_LATTICE = 12
 
 
-def reference_rollout(setup):
-    sim = ReferenceSimulator(setup, **REFERENCE_SETTINGS)
+def ground_truth_settings(cfg=None) -> dict:
+    """The reference's settings for ground truth (a preset's `truth_lattice`, else EVALUATION_LATTICE)."""
+    return {"lattice_cells": (cfg or {}).get("truth_lattice", EVALUATION_LATTICE), "substep": GENERATOR_SUBSTEP}
+
+
+REFERENCE_SETTINGS = ground_truth_settings()
+
+
+def reference_rollout(setup, settings=None):
+    sim = ReferenceSimulator(setup, **(settings or REFERENCE_SETTINGS))
     return np.stack(list(sim.iter_frames())).astype(np.float32)
 
 
 def _summary(m):
     keep = ("rel_l2_mean", "horizons", "unstable", "unstable_frame", "plausibility", "plausibility_24",
-            "centroid_path_error", "amplitude_ratio", "chamfer_l1")
+            "centroid_path_error", "amplitude_ratio", "end_turn_degrees", "chamfer_l1")
     return {k: m.get(k) for k in keep}
 
 
@@ -47,7 +60,8 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
     (out / "scenes").mkdir(parents=True, exist_ok=True)
     engine = open_engine("neurok", model=model_path, device="cpu")
     handles = cfg.get("oracle_handles")            # None: per mesh, as many as the model's
-    oracle = OracleEngine(handles, **REFERENCE_SETTINGS)
+    settings = ground_truth_settings(cfg)
+    oracle = OracleEngine(handles, **settings)
     cases, notes = evaluation_scenes(cfg["scenes"], cfg["scene_frames"], out / "meshes")
     bar = None if quiet else ProgressBar(len(cases), "scenes")
     rows = []
@@ -57,7 +71,7 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
         row = {"name": name, "title": title, "source": source, "vertices": int(len(mesh.vertices)),
                "frames": int(setup.frames), "kind": setup.material["kind"]}
         try:
-            true = reference_rollout(setup)
+            true = reference_rollout(setup, settings)
         except (SimulationFault, ValueError, RuntimeError) as e:
             row["error"] = f"reference failed: {type(e).__name__}: {str(e)[:160]}"
             rows.append(row)
@@ -79,7 +93,8 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
                    series={"neurok": mm["series"], "oracle": mo["series"], "reference": mm["truth_series"],
                            "rel_l2": {"neurok": mm["curve"], "oracle": mo["curve"], "hold_still": still}})
         if name in cfg.get("noise_scenes", ()):
-            row["noise_floor"] = noise_floor_for(setup, frames=min(cfg.get("noise_frames", 48), setup.frames))
+            row["noise_floor"] = noise_floor_for(setup, frames=min(cfg.get("noise_frames", 48), setup.frames),
+                                                lattice_cells=settings["lattice_cells"])
         else:
             row["noise_floor"] = {"available": False, "note": "not measured for this scene in this preset"}
         np.savez_compressed(out / "scenes" / f"{name}.npz", reference=true, neurok=pred, oracle=po, faces=setup.faces)
@@ -100,7 +115,7 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
     return {"scenes": rows, "notes": notes,
             "oracle": {"handles": handles or "per mesh", "dofs": 12 * handles if handles else same,
                        "model_latent": "per mesh (its handles, `learned/subspace.resolution`)"},
-            "reference_settings": REFERENCE_SETTINGS}
+            "reference_settings": settings}
 
 
 def run_beam(cfg, model_path) -> dict:
@@ -108,10 +123,11 @@ def run_beam(cfg, model_path) -> dict:
     setup = setup_from_scene(beam_mesh(), beam_scene(cfg["beam_frames"]))
     engine = open_engine("neurok", model=model_path, device="cpu")
     handles = cfg.get("oracle_handles")            # None: as many as the model's
-    runs = {"reference": (reference_rollout(setup), None, None)}
+    settings = ground_truth_settings(cfg)
+    runs = {"reference": (reference_rollout(setup, settings), None, None)}
     pred, fault, err, _ = predict(engine, setup)
     runs["neurok"] = (pred, fault, err)
-    po, fo, eo, _ = predict(OracleEngine(handles, **REFERENCE_SETTINGS), setup)
+    po, fo, eo, _ = predict(OracleEngine(handles, **settings), setup)
     runs["oracle"] = (po, fo, eo)
     quantities = {n: beam_quantities(x, setup.rest, setup.dt) for n, (x, _, _) in runs.items()}
     signals = {n: q.pop("signal") for n, q in quantities.items()}

@@ -35,7 +35,7 @@ from .baselines import load_latent_mlp, model_training_data, train_latent_mlp
 from .bench import bench
 from .metrics import evaluate, write_json
 from .report import write_report
-from .scene_eval import run_beam, run_scenes
+from .scene_eval import EVALUATION_LATTICE, run_beam, run_scenes
 from .stress import run_stress
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -49,7 +49,7 @@ PRESETS = {
               "long_frames": 1000, "force_scales": (0.1, 1.0, 10.0, 100.0), "stress_frames": 24,
               "resolutions": (1000, 10000), "truth_max_vertices": 2000, "truth_max_force": 10.0,
               "scenes": SMALL_SCENES, "scene_frames": 36, "noise_scenes": ("torus",), "noise_frames": 12, "noise_sequences": 1,
-              "beam_frames": 72, "oracle_handles": None, "gif_frames": 36, "ablations": False, "energy_steps": 1000,
+              "beam_frames": 72, "oracle_handles": None, "truth_lattice": EVALUATION_LATTICE, "gif_frames": 36, "ablations": False, "energy_steps": 1000,
               "energy_tight": None},
     "full": {"sequences": 24, "heldout": 6, "frames": 201, "seed": 2, "mlp_minutes": 6.0,   # frame 0..200
              "bench_sizes": (1000, 10000, 100000), "bench_frames": 24,
@@ -57,7 +57,7 @@ PRESETS = {
              "resolutions": (1000, 10000, 100000), "truth_max_vertices": 12000, "truth_max_force": None,
              "scenes": ALL_SCENES, "scene_frames": 120, "noise_scenes": ("toy_drop", "torus", "grid"), "noise_frames": 48,
              "noise_sequences": 2,
-             "beam_frames": 96, "oracle_handles": None, "gif_frames": 60,
+             "beam_frames": 96, "oracle_handles": None, "truth_lattice": EVALUATION_LATTICE, "gif_frames": 60,
              "ablations": True, "ablation_sequences": 8, "ablation_handles": (4, 6, 8, 12), "energy_steps": 1000,
              "energy_tight": 1e-8},
 }
