@@ -9,7 +9,8 @@ For each scene and lattice (quadratic cells along the longest side; the referenc
 up-axis tilt at the last frame (degrees, best-fit rotation), rel_l2 over the whole rollout to the
 finest run (mean vertex distance / rest bounding-box diagonal), and the bundled model's rel_l2 and
 hold-still (frame 0 forever) against that run. `--cache DIR` keeps each run as DIR/NAME_CELLS.npy
-and reuses it. The evaluation's ground truth (`engine/evaluation/scene_eval.EVALUATION_LATTICE`)
+and reuses it. A run the reference gives up on (its work budget) is listed and left out. The
+evaluation's ground truth (`engine/evaluation/scene_eval.EVALUATION_LATTICE`)
 should sit where the distance to the finest run has stopped mattering.
 """
 from __future__ import annotations
@@ -31,15 +32,20 @@ def tilt_degrees(x0, x1) -> float:
 
 
 def reference_frames(setup, cells, cache: Path | None, name: str):
-    """The reference's frames at `cells` (from the cache when there), and its seconds (None if cached)."""
+    """The reference's frames at `cells` (from the cache when there) and its seconds (None if
+    cached), or (None, why) when the reference gave up."""
     from engine.evaluation.scene_eval import REFERENCE_SETTINGS
+    from engine.reference.budget import WorkBudgetExceeded
     from engine.reference.simulator import ReferenceSimulator
     path = cache / f"{name}_{cells}.npy" if cache else None
     if path is not None and path.exists():
         return np.load(path), None
     t0 = time.perf_counter()
     sim = ReferenceSimulator(setup, **{**REFERENCE_SETTINGS, "lattice_cells": cells})
-    x = np.stack(list(sim.iter_frames())).astype(np.float32)
+    try:
+        x = np.stack(list(sim.iter_frames())).astype(np.float32)
+    except WorkBudgetExceeded as e:
+        return None, str(e).split(":", 1)[-1].strip()[:100]
     if path is not None:
         np.save(path, x)
     return x, time.perf_counter() - t0
@@ -74,12 +80,16 @@ def main(argv=None) -> int:
         diag = bbox_diagonal(setup.rest)
         pred = predict(engine, setup)[0]
         runs = {c: reference_frames(setup, c, cache, name) for c in cells}
-        finest = runs[cells[-1]][0]
+        done = [c for c in cells if runs[c][0] is not None]
+        finest = runs[done[-1]][0]
         dist = lambda a, b: float(rel_l2_curve(a, b, diag)[1:].mean())   # noqa: E731
         for c in cells:
             x, seconds = runs[c]
             lat = Lattice(np.asarray(setup.rest), np.asarray(setup.faces), c)
             used = f"{', '.join(str(len(pl) - 1) for pl in lat.planes)} / {len(lat.cell_ids)}"
+            if x is None:
+                print(f"| {name} | {c} | {used} | gave up: {seconds} | | | |", flush=True)
+                continue
             hold = dist(np.repeat(x[:1], len(x), 0), x)
             model = dist(pred, x)
             print(f"| {name} | {c} | {used} | {'cached' if seconds is None else f'{seconds:.0f}'} | "

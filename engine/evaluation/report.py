@@ -130,8 +130,14 @@ def _degrees(v):
     return "n/a" if v is None else f"{v:.0f}°"
 
 
+def _end_turns(r):
+    if r["kind"] != "solid":
+        return "n/a"
+    return f"{_degrees(r['neurok'].get('end_turn_degrees'))} / {_degrees(r['oracle'].get('end_turn_degrees'))}"
+
+
 def _turn_part(r):
-    turn = r["neurok"].get("end_turn_degrees")
+    turn = r["neurok"].get("end_turn_degrees") if r["kind"] == "solid" else None   # a folded sheet has no up axis
     if turn is None or turn <= TARGETS["end_turn_degrees"]:
         return None
     return say("find_turned", degrees=_degrees(turn), oracle=_degrees(r["oracle"].get("end_turn_degrees")),
@@ -284,7 +290,7 @@ def headline_table(scenes) -> str:
                      fmt(nf.get("rel_l2"), 3) if nf.get("available") else "n/a", fmt(h_s.get("24"), 3),
                      f"**{fmt(h_m.get('all'), 3)}**", fmt(h_o.get("all"), 3), fmt(h_s.get("all"), 3),
                      fmt(r["neurok"].get("amplitude_ratio"), 2),
-                     f"{_degrees(r['neurok'].get('end_turn_degrees'))} / {_degrees(r['oracle'].get('end_turn_degrees'))}"])
+                     _end_turns(r)])
     return _table(header, rows)
 
 
