@@ -50,9 +50,13 @@ def pick_device(device: str = "auto") -> str:
     return device
 
 
-def open_engine(engine: str = "neurok", model=None, device: str = "auto") -> Engine:
+def open_engine(engine: str = "neurok", model=None, device: str = "auto", lattice_cells: int | None = None) -> Engine:
+    """`lattice_cells`: the reference's quadratic cells along a solid's longest side (its default
+    6; the evaluation's ground truth 12, where its paths stop changing: docs/MODEL_CARD.md)."""
+    if lattice_cells is not None and engine != "reference":
+        raise NeurokError("a lattice resolution is the reference simulator's setting (--engine reference)")
     if engine == "reference":
-        return ReferenceEngine()
+        return ReferenceEngine(**({} if lattice_cells is None else {"lattice_cells": int(lattice_cells)}))
     if engine == "neurok":
         return NeurokEngine(model or default_model_path(), device=pick_device(device))
     raise NeurokError(f"unknown engine '{engine}' (neurok or reference)")

@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", help="checkpoint (default: the bundled model)")
     s.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     s.add_argument("--out", required=True, help="output .npz (neurok.sequence/1) or .pc2")
+    s.add_argument("--lattice-cells", type=int, default=None,
+                   help="reference only: quadratic cells along a solid's longest side (default 6; the "
+                        "evaluation's converged ground truth uses 12)")
     s.add_argument("--keep-good-frames", action="store_true",
                    help="when the run stops (implausible or unstable frame), write the frames before it "
                         "instead of nothing")
@@ -133,7 +136,9 @@ def cmd_simulate(args):
     from .core.progress import ProgressBar
     for warning in setup.meta.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
-    engine = open_engine(args.engine, args.model, args.device)
+    if args.lattice_cells is not None and args.lattice_cells < 1:
+        raise NeurokError(f"--lattice-cells must be 1 or more, got {args.lattice_cells}")
+    engine = open_engine(args.engine, args.model, args.device, lattice_cells=args.lattice_cells)
     t0 = time.perf_counter()
     run = engine.prepare(setup)
     if run.ood and run.ood.get("level") != "ok":

@@ -52,6 +52,8 @@ CHECKS = {
         ("run", "-m engine simulate --mesh assets/samples/jelly.obj --scene {scene} --engine neurok --out {tmp}/jelly.pc2"),
     "neurok simulate --replay SEQ.npz --engine reference --out again.npz":
         ("run", "-m engine simulate --replay {seq} --engine reference --out {tmp}/again.npz"),
+    "neurok simulate --replay SEQ.npz --engine reference --lattice-cells 12 --out converged.npz":
+        ("run", "-m engine simulate --replay {seq} --engine reference --lattice-cells 3 --out {tmp}/converged.npz"),
     "neurok generate --out data/train_ref5 --sequences 40 --seed 1 [--shard I/N] [--workers 2]":
         ("parse", "generate --out data/train_ref5 --sequences 40 --seed 1 --shard 0/2 --workers 2"),
     "neurok generate --workers 2": ("parse", "generate --out d --sequences 1 --workers 2"),

@@ -86,6 +86,8 @@ def test_cli_bad_inputs_exit_2_with_one_line(tmp_path, capsys, tiny_model):
         ["simulate", "--replay", str(scene), "--engine", "reference", "--out", str(tmp_path / "o.npz")],
         ["simulate", "--replay", str(scene), "--scene", str(scene), "--engine", "reference", "--out", str(tmp_path / "o.npz")],
         ["simulate", "--mesh", str(good), "--scene", str(scene), "--engine", "neurok", "--model", str(broken_ckpt), "--out", str(tmp_path / "o.npz")],
+        ["simulate", "--mesh", str(good), "--scene", str(scene), "--engine", "neurok", "--lattice-cells", "12", "--out", str(tmp_path / "o.npz")],
+        ["simulate", "--mesh", str(good), "--scene", str(scene), "--engine", "reference", "--lattice-cells", "0", "--out", str(tmp_path / "o.npz")],
     ]
     for argv in cases:
         capsys.readouterr()
@@ -93,6 +95,24 @@ def test_cli_bad_inputs_exit_2_with_one_line(tmp_path, capsys, tiny_model):
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "error" in err and "Traceback" not in err, err
     assert not (tmp_path / "o.npz").exists()
+
+
+def test_the_reference_runs_at_the_lattice_asked_for(tmp_path):
+    """`simulate --engine reference --lattice-cells N`: a user checking a bake against a converged
+    reference gets that resolution (the evaluation's ground truth uses 12 cells)."""
+    from engine.reference.lattice import Lattice
+    mesh = make_shape("box", np.random.default_rng(0), 200)
+    setup = setup_from_scene(mesh, {"format": "neurok.scene/1", "frames": 2})
+    runs = {c: open_engine("reference", lattice_cells=c).prepare(setup) for c in (2, 5)}
+    for c, run in runs.items():
+        expected = Lattice(np.asarray(setup.rest), np.asarray(setup.faces), c)
+        assert len(run.sim.lattice.cell_ids) == len(expected.cell_ids)
+    assert len(runs[5].sim.lattice.cell_ids) > len(runs[2].sim.lattice.cell_ids)
+    out = tmp_path / "box.npz"
+    write_obj(tmp_path / "box.obj", mesh)
+    (tmp_path / "s.json").write_text('{"format": "neurok.scene/1", "frames": 2}')
+    assert main(["simulate", "--mesh", str(tmp_path / "box.obj"), "--scene", str(tmp_path / "s.json"),
+                 "--engine", "reference", "--lattice-cells", "3", "--out", str(out)]) == 0 and out.exists()
 
 
 def extreme_setup(frames, accel=2000.0):

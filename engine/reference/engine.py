@@ -45,8 +45,12 @@ class ReferenceRun(Run):
 
 
 class ReferenceEngine(Engine):
-    """The full-space FEM / cloth simulator: exact and slow."""
+    """The full-space FEM / cloth simulator: exact and slow. `sim_options` go to every run's
+    `ReferenceSimulator` (lattice_cells, substep, ...)."""
     name = "reference"
 
+    def __init__(self, **sim_options):
+        self.sim_options = sim_options
+
     def prepare(self, setup: Setup) -> Run:
-        return ReferenceRun(setup)
+        return ReferenceRun(setup, **self.sim_options)
