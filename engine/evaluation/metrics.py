@@ -43,7 +43,7 @@ from .distances import (REPORT_FRAMES, amplitude_ratio, bbox_diagonal, centroid_
                         chamfer_l1, end_turn_degrees, first_unstable_frame, hold_from, horizon_means, pin_drift, rel_l2_curve,
                         sample_surface)
 from .energy import ENERGY_STEPS, energy_drift
-from .noise import mean_noise_floor, noise_floor_for
+from .noise import mean_noise_floor
 from .plausibility import aggregate_plausibility, plausibility_series, plausibility_summary
 
 __all__ = ["REPORT_FRAMES", "aggregate", "bbox_diagonal", "chamfer_l1", "evaluate", "evaluate_command",
@@ -198,15 +198,15 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
              mlp_steps=None, energy_steps=ENERGY_STEPS, integrator="backward_euler", quiet=False,
              baselines=True, chamfer=True, entries=None, name=None, engine=None, energy_curves=False,
              oracle=True, oracle_handles=None, noise_sequences=NOISE_SEQUENCES, noise_frames=NOISE_FRAMES,
-             energy_tight=None) -> dict:
+             energy_tight=None, physics=None) -> dict:
     """Evaluate a model on a data folder; returns the eval dict (see the module docstring).
     `engine` replaces the engine loaded from `model_path` (ablations); `entries` replaces the
-    data folder's index (a subset)."""
+    data folder's index (a subset); the oracle's runs and the noise floor come from `physics` (a
+    `physics_cache.PhysicsCache`, see `eval_jobs`) when given."""
     from ..api import NeurokEngine, open_engine
     from ..core.progress import ProgressBar
-    from ..training.generate import GENERATOR_LATTICE, GENERATOR_SUBSTEP
     from .baselines import hold_still, pca_modal, resolve_latent_mlp, rollout_latent_mlp
-    from .oracle import OracleEngine, model_latent_size
+    from .oracle import model_latent_size
     if engine is None:
         engine = (open_engine("neurok", model=model_path, device="cpu") if integrator == "backward_euler"
                   else NeurokEngine(model_path, integrator=integrator))
@@ -219,9 +219,10 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
         mlp, mlp_info = resolve_latent_mlp(model_path, data_dir, json_path, latent_mlp, mlp_minutes, mlp_steps, quiet)
     latent = model_latent_size(engine)
     handles = oracle_handles            # None: per mesh, as many as the model's (`oracle.model_handles`)
-    oracle_engine = OracleEngine(handles, lattice_cells=GENERATOR_LATTICE, substep=GENERATOR_SUBSTEP) if (baselines and oracle) else None
+    jobs = eval_jobs(entries, handles, noise_sequences, noise_frames, oracle=baselines and oracle)
+    get = physics.get if physics is not None else compute_now
     names = (["hold_still", "pca_modal"] + (["latent_mlp"] if mlp is not None else [])
-             + (["oracle"] if oracle_engine else [])) if baselines else []
+             + (["oracle"] if baselines and oracle else [])) if baselines else []
     records = {"neurok": [], **{n: [] for n in names}}
     per_sequence, noise = [], []
     bar = None if quiet else ProgressBar(len(entries), f"eval ({len(entries)} seq)")
@@ -256,15 +257,15 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
                 rm = sequence_metrics(pm, true, setup, fm, chamfer, truth=truth)
                 records["latent_mlp"].append(rm)
                 row["baselines_rel_l2_mean"]["latent_mlp"] = rm["rel_l2_mean"]
-            if oracle_engine is not None:
-                po, fo, eo, _ = predict(oracle_engine, setup)
+            if (e["file"], "oracle") in jobs:
+                po, fo, eo, _, _ = get(jobs[e["file"], "oracle"])
                 ro = sequence_metrics(po, true, setup, fo, chamfer, truth=truth)
                 records["oracle"].append(ro)
                 row["baselines_rel_l2_mean"]["oracle"] = ro["rel_l2_mean"]
                 if eo:
                     row["oracle_error"] = eo
-        if k < noise_sequences:
-            nf = noise_floor_for(setup, frames=min(noise_frames, setup.frames))
+        if (e["file"], "noise_floor") in jobs:
+            nf = get(jobs[e["file"], "noise_floor"])
             row["noise_floor"] = nf
             noise.append(nf)
         per_sequence.append(row)
@@ -317,6 +318,33 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
     if name:
         result["name"] = name
     return result
+
+
+def eval_jobs(entries, oracle_handles=None, noise_sequences=NOISE_SEQUENCES, noise_frames=NOISE_FRAMES,
+              oracle=True) -> dict:
+    """{(file, kind): physics_cache.Job} of an evaluation: the oracle on every sequence (at the data
+    generator's settings, as the sequences were made) and the noise floor of the first
+    `noise_sequences`."""
+    from ..training.generate import GENERATOR_LATTICE, GENERATOR_SUBSTEP
+    from .physics_cache import sequence_job
+    jobs = {}
+    for k, e in enumerate(entries):
+        if oracle:
+            jobs[e["file"], "oracle"] = sequence_job("oracle", e["path"], handles=oracle_handles,
+                                                     lattice_cells=GENERATOR_LATTICE, substep=GENERATOR_SUBSTEP)
+        if k < noise_sequences:
+            frames = min(noise_frames, int(e.get("frames") or noise_frames))
+            jobs[e["file"], "noise_floor"] = sequence_job("noise_floor", e["path"], frames=frames)
+    return jobs
+
+
+def compute_now(job):
+    """A physics job's answer, computed here (no cache)."""
+    from .physics_cache import PhysicsRunFailed, compute
+    answer = compute(job)
+    if isinstance(answer, PhysicsRunFailed):
+        raise answer
+    return answer
 
 
 def _grouped(records, key):

@@ -536,7 +536,9 @@ def _scene_fields(scenes, beam, stress, result, cfg, figs, docs) -> dict:
         "oracle_dofs": _oracle_size(scenes.get("oracle", {}).get("dofs")), "model_latent": scenes.get("oracle", {}).get("model_latent") or "unknown",
         "findings": "\n".join(f"- {f}" for f in findings(scenes, beam, stress, result)),
         "scene_frames": cfg["scene_frames"],
-        "reference_settings": ", ".join(f"{k} {v:.4g}" for k, v in scenes.get("reference_settings", {}).items()),
+        "reference_settings": ", ".join(f"{k} {v:.4g}" for k, v in scenes.get("reference_settings", {}).items())
+                              + "".join(f"; {n} at {c} cells, converged there already"
+                                        for n, c in scenes.get("converged_coarser", {}).items()),
         "headline_table": headline_table(scenes), "noise_note": _noise_note(scenes, cfg),
         "plausibility_figure": figs.get("plausibility", ""), "sheets": sheets_section(scenes, docs),
         "beam_size": f"{b.get('length')} x {b.get('width')} x {b.get('width')}",

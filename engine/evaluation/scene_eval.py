@@ -13,15 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..api import SimulationFault, open_engine
+from ..api import open_engine
 from ..core.progress import ProgressBar
 from ..core.scene import setup_from_scene
 from ..reference.simulator import ReferenceSimulator
 from ..training.generate import GENERATOR_SUBSTEP
 from .distances import bbox_diagonal, rel_l2_curve
 from .metrics import predict, sequence_metrics, truth_measures
-from .noise import noise_floor_for
-from .oracle import OracleEngine, model_handles
+from .physics_cache import PhysicsCache, PhysicsRunFailed, compute, scene_job
 from .physical import beam_quantities, compare
 from .render import animation, contact_sheet
 from .scenes import beam_mesh, beam_scene, evaluation_scenes
@@ -32,11 +31,17 @@ from .scenes import beam_mesh, beam_scene, evaluation_scenes
 # its tube; at 12 the solids' paths are within 0.003 (toy) of their 16-cell paths, where 4 cells
 # were 0.24 from them (`tools/ground_truth_convergence.py`, docs/EVALUATION.md).
 EVALUATION_LATTICE = 12
+# Scenes whose path is converged on a coarser lattice, and that lattice: the jelly cube at 4 cells
+# is 0.003 from its 12-cell path (`tools/ground_truth_convergence.py`, docs/MODEL_CARD.md), at a
+# fifth of the reference's time and the oracle's.
+CONVERGED_COARSER = {"jelly_poke": 4}
 
 
-def ground_truth_settings(cfg=None) -> dict:
-    """The reference's settings for ground truth (a preset's `truth_lattice`, else EVALUATION_LATTICE)."""
-    return {"lattice_cells": (cfg or {}).get("truth_lattice", EVALUATION_LATTICE), "substep": GENERATOR_SUBSTEP}
+def ground_truth_settings(cfg=None, scene=None) -> dict:
+    """The reference's settings for ground truth: a preset's `truth_lattice` (else
+    EVALUATION_LATTICE), or a coarser one where `scene`'s path is converged there already."""
+    cells = (cfg or {}).get("truth_lattice", EVALUATION_LATTICE)
+    return {"lattice_cells": min(cells, CONVERGED_COARSER.get(scene, cells)), "substep": GENERATOR_SUBSTEP}
 
 
 REFERENCE_SETTINGS = ground_truth_settings()
@@ -53,38 +58,57 @@ def _summary(m):
     return {k: m.get(k) for k in keep}
 
 
-def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
+def scene_jobs(cfg, name, mesh, scene) -> dict:
+    """The physics one evaluation scene needs (`physics_cache.Job`): its ground truth, the oracle
+    on the same lattice and, for the preset's `noise_scenes`, the noise floor."""
+    settings = ground_truth_settings(cfg, name)
+    jobs = {"reference": scene_job("reference", mesh, scene, **settings),
+            "oracle": scene_job("oracle", mesh, scene, handles=cfg.get("oracle_handles"), **settings)}
+    if name in cfg.get("noise_scenes", ()):
+        jobs["noise_floor"] = scene_job("noise_floor", mesh, scene, lattice_cells=settings["lattice_cells"],
+                                        frames=min(cfg.get("noise_frames", 48), int(scene["frames"])))
+    return jobs
+
+
+def scenes_physics(cfg, cache_dir):
+    """[(case, its jobs)] for the preset's scenes (`evaluation_scenes`) and the notes on what
+    could not be made."""
+    cases, notes = evaluation_scenes(cfg["scenes"], cfg["scene_frames"], cache_dir)
+    return [(case, scene_jobs(cfg, case[0], case[2], case[3])) for case in cases], notes
+
+
+def run_scenes(cfg, model_path, out, fig_dir, quiet=False, physics=None) -> dict:
     """Every evaluation scene: {"scenes": [row], "notes": [...], "oracle": {...}}; frames are kept
-    in `out/scenes/<name>.npz`, pictures in `fig_dir/eval_<name>_sheet.png` and `.gif`."""
+    in `out/scenes/<name>.npz`, pictures in `fig_dir/eval_<name>_sheet.png` and `.gif`. The
+    reference, oracle and noise floor come from `physics` (a PhysicsCache; default `out/physics`)."""
     out, fig_dir = Path(out), Path(fig_dir)
     (out / "scenes").mkdir(parents=True, exist_ok=True)
+    physics = physics or PhysicsCache(out / "physics")
     engine = open_engine("neurok", model=model_path, device="cpu")
     handles = cfg.get("oracle_handles")            # None: per mesh, as many as the model's
-    settings = ground_truth_settings(cfg)
-    oracle = OracleEngine(handles, **settings)
-    cases, notes = evaluation_scenes(cfg["scenes"], cfg["scene_frames"], out / "meshes")
+    cases, notes = scenes_physics(cfg, out / "meshes")
     bar = None if quiet else ProgressBar(len(cases), "scenes")
     rows = []
-    for k, (name, title, mesh, scene, source) in enumerate(cases):
+    for (name, title, mesh, scene, source), jobs in cases:
         setup = setup_from_scene(mesh, scene)
         t0 = time.perf_counter()
         row = {"name": name, "title": title, "source": source, "vertices": int(len(mesh.vertices)),
-               "frames": int(setup.frames), "kind": setup.material["kind"]}
+               "frames": int(setup.frames), "kind": setup.material["kind"],
+               "truth_lattice": jobs["reference"].options["lattice_cells"]}
         try:
-            true = reference_rollout(setup, settings)
-        except (SimulationFault, ValueError, RuntimeError) as e:
-            row["error"] = f"reference failed: {type(e).__name__}: {str(e)[:160]}"
+            true = physics.get(jobs["reference"])
+            po, fo, eo, ms_o, oracle_handles = physics.get(jobs["oracle"])
+        except PhysicsRunFailed as e:
+            row["error"] = f"reference failed: {e}"
             rows.append(row)
             continue
-        row["reference_seconds"] = round(time.perf_counter() - t0, 1)
         truth = truth_measures(true, setup)
         pred, fault, err, ms = predict(engine, setup)
-        po, fo, eo, ms_o = predict(oracle, setup)
         diag = bbox_diagonal(setup.rest)
         still = rel_l2_curve(np.repeat(true[:1], len(true), 0), true, diag)
         mm = sequence_metrics(pred, true, setup, fault, truth=truth, keep_series=True)
         mo = sequence_metrics(po, true, setup, fo, truth=truth, keep_series=True)
-        row.update(handles=oracle.last_handles)
+        row.update(handles=oracle_handles)
         row.update(neurok=_summary(mm), oracle=_summary(mo), reference={"plausibility": truth["summary"]},
                    hold_still={"rel_l2_mean": float(still[1:].mean()), "horizons": {
                        "24": float(still[1:25].mean()) if len(still) > 24 else None,
@@ -92,16 +116,13 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
                    ms_per_frame=ms, oracle_ms_per_frame=ms_o, model_error=err, oracle_error=eo,
                    series={"neurok": mm["series"], "oracle": mo["series"], "reference": mm["truth_series"],
                            "rel_l2": {"neurok": mm["curve"], "oracle": mo["curve"], "hold_still": still}})
-        if name in cfg.get("noise_scenes", ()):
-            row["noise_floor"] = noise_floor_for(setup, frames=min(cfg.get("noise_frames", 48), setup.frames),
-                                                lattice_cells=settings["lattice_cells"])
-        else:
-            row["noise_floor"] = {"available": False, "note": "not measured for this scene in this preset"}
+        row["noise_floor"] = (physics.get(jobs["noise_floor"]) if "noise_floor" in jobs
+                              else {"available": False, "note": "not measured for this scene in this preset"})
         np.savez_compressed(out / "scenes" / f"{name}.npz", reference=true, neurok=pred, oracle=po, faces=setup.faces)
         columns = {"reference": true, "neurok": pred, "oracle": po}
         floor = setup.floor_z
         row["sheet"] = str(contact_sheet(columns, setup.faces, fig_dir / f"eval_{name}_sheet.png", floor_z=floor,
-                                         title=f"{name}: reference | NeuROK model | oracle, {oracle.last_handles} handles"))
+                                         title=f"{name}: reference | NeuROK model | oracle, {oracle_handles} handles"))
         row["gif"] = str(animation(columns, setup.faces, fig_dir / f"eval_{name}.gif", dt=setup.dt, floor_z=floor,
                                    max_frames=cfg.get("gif_frames", 48)))
         row["seconds"] = round(time.perf_counter() - t0, 1)
@@ -115,24 +136,41 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False) -> dict:
     return {"scenes": rows, "notes": notes,
             "oracle": {"handles": handles or "per mesh", "dofs": 12 * handles if handles else same,
                        "model_latent": "per mesh (its handles, `learned/subspace.resolution`)"},
-            "reference_settings": settings}
+            "reference_settings": ground_truth_settings(cfg),
+            "converged_coarser": {n: c for n, c in CONVERGED_COARSER.items() if n in cfg["scenes"]}}
 
 
-def run_beam(cfg, model_path) -> dict:
-    """Sag, first frequency and damping ratio of the pinned beam: reference, model, oracle."""
+def beam_jobs(cfg) -> dict:
+    """The beam's ground truth and oracle (`physics_cache.Job`)."""
+    mesh, scene, settings = beam_mesh(), beam_scene(cfg["beam_frames"]), ground_truth_settings(cfg)
+    return {"reference": scene_job("reference", mesh, scene, **settings),
+            "oracle": scene_job("oracle", mesh, scene, handles=cfg.get("oracle_handles"), **settings)}
+
+
+def run_beam(cfg, model_path, physics=None) -> dict:
+    """Sag, first frequency and damping ratio of the pinned beam: reference, model, oracle (the
+    two physics runs from `physics`, a PhysicsCache, when given)."""
     setup = setup_from_scene(beam_mesh(), beam_scene(cfg["beam_frames"]))
     engine = open_engine("neurok", model=model_path, device="cpu")
-    handles = cfg.get("oracle_handles")            # None: as many as the model's
-    settings = ground_truth_settings(cfg)
-    runs = {"reference": (reference_rollout(setup, settings), None, None)}
+    jobs = beam_jobs(cfg)
+    get = physics.get if physics else compute_now
+    runs = {"reference": (get(jobs["reference"]), None, None)}
     pred, fault, err, _ = predict(engine, setup)
     runs["neurok"] = (pred, fault, err)
-    po, fo, eo, _ = predict(OracleEngine(handles, **settings), setup)
+    po, fo, eo, _, handles = get(jobs["oracle"])
     runs["oracle"] = (po, fo, eo)
     quantities = {n: beam_quantities(x, setup.rest, setup.dt) for n, (x, _, _) in runs.items()}
     signals = {n: q.pop("signal") for n, q in quantities.items()}
     for n, (_, f, e) in runs.items():
         quantities[n].update(fault=f, error=e)
     return {"frames": setup.frames, "vertices": int(setup.num_vertices), "material": setup.material,
-            "handles": handles or model_handles(setup), "length": 0.5, "width": 0.08, "quantities": quantities, "relative_errors": compare(quantities),
+            "handles": handles, "length": 0.5, "width": 0.08, "quantities": quantities, "relative_errors": compare(quantities),
             "tip_signal": signals, "dt": setup.dt}
+
+
+def compute_now(job):
+    """A physics job's answer, computed here (no cache)."""
+    answer = compute(job)
+    if isinstance(answer, PhysicsRunFailed):
+        raise answer
+    return answer

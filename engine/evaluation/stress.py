@@ -10,16 +10,17 @@ import time
 
 import numpy as np
 
-from ..api import SimulationFault, open_engine
+from ..api import open_engine
 from ..core.formats import Mesh
 from ..core.progress import ProgressBar
 from ..core.scene import setup_from_scene
-from ..reference.simulator import ReferenceSimulator
 from ..training.generate import GENERATOR_LATTICE, GENERATOR_SUBSTEP
 from ..training.shapes import make_shape
 from .distances import bbox_diagonal, first_unstable_frame, rel_l2_curve
 from .metrics import predict_neurok, sequence_metrics
+from .physics_cache import PhysicsRunFailed, scene_job
 from .plausibility import plausibility_series, plausibility_summary
+from .scene_eval import compute_now
 
 PUSH_MAX = 30.0       # m/s^2: the largest uniform push in the training scenes (generate.random_scene)
 
@@ -88,9 +89,21 @@ def stress_cases(cfg):
     return cases
 
 
-def run_stress(cfg, model_path, quiet=False):
+def truth_job(mesh, scene):
+    """The reference run of a stress case, at the data generator's settings."""
+    return scene_job("reference", mesh, scene, lattice_cells=GENERATOR_LATTICE, substep=GENERATOR_SUBSTEP)
+
+
+def stress_jobs(cfg):
+    """The reference runs the stress suite compares against (`physics_cache.Job`)."""
+    return [truth_job(mesh, scene) for _, _, _, mesh, scene, want in stress_cases(cfg) if want]
+
+
+def run_stress(cfg, model_path, quiet=False, physics=None):
+    """Every stress case; the reference runs come from `physics` (a PhysicsCache) when given."""
     engine = open_engine("neurok", model=model_path, device="cpu")
     cases = stress_cases(cfg)
+    get = physics.get if physics else compute_now
     bar = None if quiet else ProgressBar(len(cases), "stress")
     rows, preds = [], {}
     for name, group, param, mesh, scene, want_truth in cases:
@@ -104,11 +117,9 @@ def run_stress(cfg, model_path, quiet=False):
         truth = None
         if want_truth:
             try:
-                sim = ReferenceSimulator(setup, lattice_cells=GENERATOR_LATTICE, substep=GENERATOR_SUBSTEP)
-                truth = np.stack(list(sim.iter_frames())).astype(np.float32)
-                row["reference_seconds"] = round(time.perf_counter() - t1, 1)
-            except (SimulationFault, ValueError, RuntimeError, AssertionError) as e:   # no ground truth for this case
-                row["truth_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+                truth = get(truth_job(mesh, scene))
+            except PhysicsRunFailed as e:   # no ground truth for this case
+                row["truth_error"] = str(e)
         if truth is not None:
             m = sequence_metrics(pred, truth, setup, fault)
             still = rel_l2_curve(np.repeat(truth[:1], len(truth), 0), truth, bbox_diagonal(setup.rest))

@@ -4,6 +4,9 @@ The runner only: each step lives in its own module and writes JSON under OUT/<pr
 report can be rebuilt and checked.
 1. an evaluation set (`make_eval_set`), seed 2 (training data uses seed 1), always including the
    held-out shape families (capsule, torus);
+   then every physics run the later steps compare against (the reference's ground truth, the
+   physics-exact oracle, the noise floor; `physics_cache.py`), one process per core (`workers`),
+   kept in OUT/<preset>/physics so a run after a model change reuses them;
 2. the latent-MLP baseline (`baselines.py`), trained in the model's latent space;
 3. `eval.json` (`metrics.py`, the `neurok eval` contract): the model, hold-still, PCA-modal,
    latent-MLP and the reduced oracle (`oracle.py`) per split, family and scenario, with
@@ -28,15 +31,16 @@ import numpy as np
 from ..api import default_model_path
 from ..core.formats import NeurokError
 from ..core.progress import ProgressBar
-from ..training.generate import HELDOUT_FAMILIES, make_sequences
+from ..training.generate import HELDOUT_FAMILIES, load_index, make_sequences
 from ..training.shapes import FAMILIES
 from .ablations import run_ablations
 from .baselines import load_latent_mlp, model_training_data, train_latent_mlp
 from .bench import bench
-from .metrics import evaluate, write_json
+from .metrics import eval_jobs, evaluate, write_json
+from .physics_cache import PhysicsCache
 from .report import write_report
-from .scene_eval import EVALUATION_LATTICE, run_beam, run_scenes
-from .stress import run_stress
+from .scene_eval import EVALUATION_LATTICE, beam_jobs, run_beam, run_scenes, scenes_physics
+from .stress import run_stress, stress_jobs
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -50,7 +54,7 @@ PRESETS = {
               "resolutions": (1000, 10000), "truth_max_vertices": 2000, "truth_max_force": 10.0,
               "scenes": SMALL_SCENES, "scene_frames": 36, "noise_scenes": ("torus",), "noise_frames": 12, "noise_sequences": 1,
               "beam_frames": 72, "oracle_handles": None, "truth_lattice": EVALUATION_LATTICE, "gif_frames": 36, "ablations": False, "energy_steps": 1000,
-              "energy_tight": None},
+              "energy_tight": None, "workers": None},
     "full": {"sequences": 24, "heldout": 6, "frames": 201, "seed": 2, "mlp_minutes": 6.0,   # frame 0..200
              "bench_sizes": (1000, 10000, 100000), "bench_frames": 24,
              "long_frames": 1000, "force_scales": (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0), "stress_frames": 48,
@@ -59,7 +63,7 @@ PRESETS = {
              "noise_sequences": 2,
              "beam_frames": 96, "oracle_handles": None, "truth_lattice": EVALUATION_LATTICE, "gif_frames": 60,
              "ablations": True, "ablation_sequences": 8, "ablation_handles": (4, 6, 8, 12), "energy_steps": 1000,
-             "energy_tight": 1e-8},
+             "energy_tight": 1e-8, "workers": None},
 }
 
 
@@ -100,6 +104,17 @@ def make_eval_set(out, seed, sequences, heldout, frames, workers=None, quiet=Fal
 
 # =========================================================================== the suite
 
+def suite_jobs(cfg, data, out):
+    """Every physics run the suite compares against (`physics_cache`): the oracle and noise floor
+    of the evaluation set, the scenes' ground truth, oracle and noise floor, the beam's and the
+    stress cases' reference runs."""
+    entries = load_index(data)
+    jobs = list(eval_jobs(entries, cfg.get("oracle_handles"), cfg["noise_sequences"], cfg["noise_frames"]).values())
+    cases, _ = scenes_physics(cfg, out / "meshes")
+    jobs += [job for _, scene_jobs in cases for job in scene_jobs.values()]
+    return jobs + list(beam_jobs(cfg).values()) + stress_jobs(cfg)
+
+
 def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None, **overrides):
     # noise_scenes: the scenes whose noise floor is measured (each costs two reference runs, one
     # at twice the resolution: minutes for a solid)
@@ -128,6 +143,11 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
     data = make_eval_set(out / "data", cfg["seed"], cfg["sequences"], cfg["heldout"], cfg["frames"])
     done("eval set")
 
+    step("physics")
+    physics = PhysicsCache(out / "physics")
+    physics_info = physics.prefetch(suite_jobs(cfg, data, out), workers=cfg.get("workers"))
+    done("physics")
+
     step("latent-MLP baseline")
     train_data, meta = model_training_data(model_path, str(data))
     mlp_path = out / "latent_mlp.pt"
@@ -145,22 +165,22 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
     result = evaluate(model_path, data, latent_mlp=str(mlp_path) if mlp_path.is_file() else None,
                       json_path=str(out / "eval.json"), energy_curves=True, oracle_handles=cfg.get("oracle_handles"),
                       noise_sequences=cfg["noise_sequences"], noise_frames=cfg["noise_frames"],
-                      energy_steps=cfg["energy_steps"], energy_tight=cfg["energy_tight"])
+                      energy_steps=cfg["energy_steps"], energy_tight=cfg["energy_tight"], physics=physics)
     write_json(out / "eval.json", result)
     done("eval")
 
     step("scenes")
-    scenes = run_scenes(cfg, model_path, out, docs / "figures")
+    scenes = run_scenes(cfg, model_path, out, docs / "figures", physics=physics)
     write_json(out / "scenes.json", scenes)
     done("scenes")
 
     step("beam")
-    beam = run_beam(cfg, model_path)
+    beam = run_beam(cfg, model_path, physics)
     write_json(out / "beam.json", beam)
     done("beam")
 
     step("stress")
-    stress = run_stress(cfg, model_path)
+    stress = run_stress(cfg, model_path, physics=physics)
     write_json(out / "stress.json", stress)
     done("stress")
 
@@ -182,7 +202,7 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
              "overrides": {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()},
              "model": model_path, "model_arg": model_arg,
              "model_meta": {k: meta.get(k) for k in ("data", "sequences", "steps", "seconds", "final_losses", "density")},
-             "training_data": train_data, "eval_data": str(data), "out": str(out), "timings_s": timings,
+             "training_data": train_data, "eval_data": str(data), "out": str(out), "timings_s": timings, "physics": physics_info,
              "source": source_description(),
              "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
              "wall_minutes": round((time.time() - started) / 60.0, 1)}

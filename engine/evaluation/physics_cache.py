@@ -1,0 +1,203 @@
+"""The physics the evaluation measures against, computed once and ahead: the reference's ground
+truth, the physics-exact oracle (`oracle.py`) and the resolution noise floor (`noise.py`) of each
+setup.
+
+None of them depends on the learned model, and they are most of the evaluation's work (minutes
+per solid on a converged lattice). So the suite lists them first as `Job`s, runs the missing ones
+on one process per core, longest first (`PhysicsCache.prefetch`), and the steps that compare
+the model then read them (`PhysicsCache.get`, which computes a job itself when it is missing).
+Each answer is kept on disk under a key of everything that decides it: the job's kind and
+options, the mesh and scene (or the sequence file's bytes) and the source code of the
+reference, the core and the oracle. A run after a change to the model reuses them all; a change
+to the physics code computes them again. Delete the folder to start over.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..core.formats import Mesh, read_sequence
+from ..core.progress import ProgressBar
+from ..core.scene import setup_from_scene, setup_from_sequence
+
+ENGINE = Path(__file__).resolve().parent.parent
+# what decides a reference run, an oracle run or a noise floor besides the job itself
+PHYSICS_CODE = ("core", "reference", "evaluation/oracle.py", "evaluation/noise.py", "evaluation/noise_floor.py",
+                "evaluation/physics_cache.py")
+
+
+class PhysicsRunFailed(RuntimeError):
+    """The reference (or the oracle) gave up on a job; the text says why."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One physics run. `kind`: "reference" (frames [T, N, 3]), "oracle" ((frames, fault frame,
+    error text, ms per frame, handles)) or "noise_floor" (the `noise.noise_floor_for` dict).
+    `source`: ("scene", Mesh, scene dict) or ("sequence", path). `options`: the reference's
+    settings (lattice_cells, substep), the oracle's `handles`, the noise floor's `frames`."""
+    kind: str
+    source: tuple
+    options: dict = field(default_factory=dict)
+
+    def setup(self):
+        if self.source[0] == "sequence":
+            return setup_from_sequence(read_sequence(self.source[1]))
+        _, mesh, scene = self.source
+        return setup_from_scene(mesh, scene)
+
+    def cost(self) -> float:
+        """Rough relative work, to start the longest first: frames x lattice cells^3 for a solid,
+        (8 + 1)x that for a noise floor (a run at twice the cells beside it)."""
+        if self.source[0] == "sequence":
+            frames, cells = 60, 4
+        else:
+            frames, cells = self.source[2].get("frames", 48), self.options.get("lattice_cells", 4)
+        frames = self.options.get("frames") or frames
+        return frames * cells ** 3 * (9.0 if self.kind == "noise_floor" else 1.0)
+
+
+_code_version = None
+
+
+def code_version() -> str:
+    """Hash of the physics source files (PHYSICS_CODE)."""
+    global _code_version
+    if _code_version is None:
+        h = hashlib.sha1()
+        for name in PHYSICS_CODE:
+            path = ENGINE / name
+            for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+                h.update(str(f.relative_to(ENGINE)).encode())
+                h.update(f.read_bytes())
+        _code_version = h.hexdigest()
+    return _code_version
+
+
+def job_key(job: Job) -> str:
+    h = hashlib.sha1()
+    h.update(json.dumps([job.kind, job.options, code_version()], sort_keys=True, default=str).encode())
+    if job.source[0] == "sequence":
+        h.update(Path(job.source[1]).read_bytes())
+    else:
+        _, mesh, scene = job.source
+        h.update(np.ascontiguousarray(mesh.vertices, np.float64).tobytes())
+        h.update(np.ascontiguousarray(mesh.faces, np.int64).tobytes())
+        h.update(json.dumps(scene, sort_keys=True).encode())
+    return f"{job.kind}_{h.hexdigest()[:20]}"
+
+
+def compute(job: Job):
+    """Run one job here and now; a run the physics gives up on returns PhysicsRunFailed."""
+    from ..api import SimulationFault
+    from ..reference.simulator import ReferenceSimulator
+    from .metrics import predict
+    from .noise import noise_floor_for
+    from .oracle import OracleEngine
+    setup = job.setup()
+    options = dict(job.options)
+    try:
+        if job.kind == "reference":
+            sim = ReferenceSimulator(setup, **options)
+            return np.stack(list(sim.iter_frames())).astype(np.float32)
+        if job.kind == "oracle":
+            engine = OracleEngine(options.pop("handles", None), **options)
+            return (*predict(engine, setup), engine.last_handles)
+        if job.kind == "noise_floor":
+            return noise_floor_for(setup, **options)
+    except (SimulationFault, ValueError, RuntimeError, AssertionError) as e:
+        return PhysicsRunFailed(f"{type(e).__name__}: {str(e)[:160]}")
+    raise ValueError(f"unknown physics job kind '{job.kind}'")
+
+
+def _single_threaded_worker():
+    """One thread per worker process: two workers on two cores, each with two threads, only
+    wait for each other."""
+    import torch
+    torch.set_num_threads(1)
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(1)
+    except ImportError:
+        pass
+
+
+class PhysicsCache:
+    """Physics answers kept as `folder/<key>.pkl` (`job_key`)."""
+
+    def __init__(self, folder):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def path(self, job: Job) -> Path:
+        return self.folder / f"{job_key(job)}.pkl"
+
+    def has(self, job: Job) -> bool:
+        return self.path(job).is_file()
+
+    def _store(self, job: Job, answer):
+        path = self.path(job)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+        os.replace(tmp, path)
+
+    def _load(self, job: Job):
+        return pickle.loads(self.path(job).read_bytes())
+
+    def get(self, job: Job):
+        """The job's answer (from the folder, else computed here and kept); raises
+        PhysicsRunFailed when the physics gave up on it."""
+        answer = self._load(job) if self.has(job) else None
+        if answer is None:
+            answer = compute(job)
+            self._store(job, answer)
+        if isinstance(answer, PhysicsRunFailed):
+            raise answer
+        return answer
+
+    def prefetch(self, jobs, workers=None, quiet=False) -> dict:
+        """Compute the jobs not yet kept, on `workers` processes (default: one per core),
+        longest first. Returns {"jobs", "computed", "seconds"}."""
+        unique = {job_key(j): j for j in jobs}
+        todo = sorted((j for k, j in unique.items() if not (self.folder / f"{k}.pkl").is_file()),
+                      key=lambda j: -j.cost())
+        t0 = time.perf_counter()
+        workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+        bar = None if quiet or not todo else ProgressBar(len(todo), f"physics ({len(todo)} runs, {workers} processes)")
+        if workers > 1:
+            with ProcessPoolExecutor(max_workers=workers, initializer=_single_threaded_worker) as pool:
+                running = {pool.submit(_compute_and_store, str(self.folder), j): j for j in todo}
+                for done in as_completed(running):
+                    done.result()
+                    if bar:
+                        bar.update(1, postfix=running[done].kind)
+        else:
+            for j in todo:
+                self._store(j, compute(j))
+                if bar:
+                    bar.update(1, postfix=j.kind)
+        if bar:
+            bar.close()
+        return {"jobs": len(unique), "computed": len(todo), "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _compute_and_store(folder, job):
+    PhysicsCache(folder)._store(job, compute(job))
+
+
+def scene_job(kind, mesh: Mesh, scene: dict, **options) -> Job:
+    """A job on a mesh and scene (the mesh reduced to its arrays and name, so it pickles)."""
+    plain = Mesh(np.asarray(mesh.vertices, np.float64), np.asarray(mesh.faces, np.int64), name=mesh.name)
+    return Job(kind, ("scene", plain, scene), options)
+
+
+def sequence_job(kind, path, **options) -> Job:
+    return Job(kind, ("sequence", str(path)), options)
