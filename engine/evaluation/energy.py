@@ -109,17 +109,38 @@ def drift_curve(scene, integrator, steps, h, q0, qd0, tolerance=None, keep_curve
     return out
 
 
+def mesh_drift(model, name, integrator, steps=ENERGY_STEPS, amplitude=AMPLITUDE, seed=0, device="cpu",
+               keep_curve=False, tolerance=None, tight=None) -> dict:
+    """One mesh, one integrator: `drift_curve`'s dict with "dims" (and "tight", the same run at
+    Newton tolerance `tight`, when given)."""
+    from ..learned.latent_scene import LatentScene
+    with torch.no_grad():
+        scene = LatentScene(model, energy_setup(name), device=device)
+        q0, qd0 = start_state(scene, amplitude, seed)
+    # a step that fails comes back as not ok, a blow-up as an infinite drift: no exception to catch
+    r = drift_curve(scene, integrator, steps, substep_length(), q0, qd0, tolerance, keep_curve)
+    r["dims"] = scene.dims
+    if tight:
+        r["tight"] = drift_curve(scene, integrator, steps, substep_length(), q0, qd0, tight)
+    return r
+
+
+def substep_length() -> float:
+    """The runtime's latent step at 24 fps (s)."""
+    from ..learned.runtime import SUBSTEP
+    return 1.0 / 24.0 / max(1, int(math.ceil((1.0 / 24.0) / SUBSTEP - 1e-9)))
+
+
 def energy_drift(model, steps=ENERGY_STEPS, integrators=None, meshes=ENERGY_MESHES, amplitude=AMPLITUDE, seed=0,
-                 device="cpu", keep_curves=False, tolerance=None, tight=None) -> dict:
+                 device="cpu", keep_curves=False, tolerance=None, tight=None, runs=None) -> dict:
     """{"max": {integrator: worst over meshes}, "final": {...}, "per_mesh": {mesh: {integrator: ...}},
     "steps", "amplitude", "h"}; `tight` = a Newton tolerance at which every integrator is run once
-    more ("tight": {integrator: worst over meshes}) to separate integrator from solver drift."""
+    more ("tight": {integrator: worst over meshes}) to separate integrator from solver drift.
+    `runs`: {(mesh, integrator): `mesh_drift` answer} computed elsewhere (the evaluation suite's
+    worker processes); the missing ones are run here."""
     from ..learned.integrators import INTEGRATORS
-    from ..learned.latent_scene import LatentScene
-    from ..learned.runtime import SUBSTEP
     integrators = tuple(integrators or INTEGRATORS)
-    h = 1.0 / 24.0 / max(1, int(math.ceil((1.0 / 24.0) / SUBSTEP - 1e-9)))     # the runtime's substep at 24 fps
-    result = {"available": True, "steps": steps, "amplitude": amplitude, "h": h, "tolerance": tolerance,
+    result = {"available": True, "steps": steps, "amplitude": amplitude, "h": substep_length(), "tolerance": tolerance,
               "max": {}, "final": {}, "per_mesh": {}, "start": "soft elastic modes, equal energy, zero velocity"}
     if tight:
         result["tight"], result["tight_tolerance"] = {}, tight
@@ -127,21 +148,15 @@ def energy_drift(model, steps=ENERGY_STEPS, integrators=None, meshes=ENERGY_MESH
         result["curves"] = {}
     for name in meshes:
         label = name if isinstance(name, str) else "mesh"
-        with torch.no_grad():
-            scene = LatentScene(model, energy_setup(name), device=device)
-            q0, qd0 = start_state(scene, amplitude, seed)
         for integ in integrators:
-            # a step that fails comes back as not ok, a blow-up as an infinite drift: no exception to catch
-            r = drift_curve(scene, integ, steps, h, q0, qd0, tolerance, keep_curves)
+            r = dict((runs or {}).get((label, integ)) or mesh_drift(model, name, integ, steps, amplitude, seed, device,
+                                                                    keep_curves, tolerance, tight))
             curve = r.pop("curve", None)
-            r["dims"] = scene.dims
             result["per_mesh"].setdefault(label, {})[integ] = r
             result["max"][integ] = max(result["max"].get(integ, 0.0), r["max"])
             result["final"][integ] = max(result["final"].get(integ, 0.0), r["final"])
             if keep_curves and curve is not None:
                 result["curves"].setdefault(label, {})[integ] = {"step": list(range(1, len(curve) + 1)), "drift": curve}
             if tight:
-                t = drift_curve(scene, integ, steps, h, q0, qd0, tight)
-                result["per_mesh"][label][integ]["tight"] = t
-                result["tight"][integ] = max(result["tight"].get(integ, 0.0), t["max"])
+                result["tight"][integ] = max(result["tight"].get(integ, 0.0), r["tight"]["max"])
     return result

@@ -207,6 +207,7 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
     from ..core.progress import ProgressBar
     from .baselines import hold_still, pca_modal, resolve_latent_mlp, rollout_latent_mlp
     from .oracle import model_latent_size
+    engine_given = engine is not None
     if engine is None:
         engine = (open_engine("neurok", model=model_path, device="cpu") if integrator == "backward_euler"
                   else NeurokEngine(model_path, integrator=integrator))
@@ -310,7 +311,11 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
         result["families_baselines"] = {n: _grouped(records[n], "family") for n in names}
     if energy_steps:
         model = getattr(engine, "model", None)
-        result["energy_drift_detail"] = (energy_drift(model, steps=energy_steps, keep_curves=energy_curves, tight=energy_tight) if model is not None
+        runs = None
+        if physics is not None and not engine_given:      # the model at model_path: its runs may be kept
+            runs = {key: get(job) for key, job in drift_jobs(model_path, energy_steps, energy_curves, energy_tight).items()}
+        result["energy_drift_detail"] = (energy_drift(model, steps=energy_steps, keep_curves=energy_curves, tight=energy_tight,
+                                                      runs=runs) if model is not None
                                          else {"available": False, "note": "the engine exposes no model", "max": {}})
         result["energy_drift"] = result["energy_drift_detail"]["max"]
     result["seconds"] = round(time.perf_counter() - t_start, 1)
@@ -336,6 +341,15 @@ def eval_jobs(entries, oracle_handles=None, noise_sequences=NOISE_SEQUENCES, noi
             frames = min(noise_frames, int(e.get("frames") or noise_frames))
             jobs[e["file"], "noise_floor"] = sequence_job("noise_floor", e["path"], frames=frames)
     return jobs
+
+
+def drift_jobs(model_path, steps=ENERGY_STEPS, keep_curve=False, tight=None) -> dict:
+    """{(mesh, integrator): physics_cache.Job} of the model's energy drift (`energy.energy_drift`)."""
+    from ..learned.integrators import INTEGRATORS
+    from .energy import ENERGY_MESHES
+    from .physics_cache import drift_job
+    return {(m, i): drift_job(model_path, m, i, steps=steps, keep_curve=keep_curve, tight=tight)
+            for m in ENERGY_MESHES for i in INTEGRATORS}
 
 
 def compute_now(job):

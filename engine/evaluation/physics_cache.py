@@ -1,15 +1,16 @@
 """The physics the evaluation measures against, computed once and ahead: the reference's ground
 truth, the physics-exact oracle (`oracle.py`) and the resolution noise floor (`noise.py`) of each
-setup.
+setup, and the model's energy drift (`energy.py`).
 
-None of them depends on the learned model, and they are most of the evaluation's work (minutes
-per solid on a converged lattice). So the suite lists them first as `Job`s, runs the missing ones
+None of them is timed and none depends on another, and they are most of the evaluation's work
+(minutes per solid on a converged lattice). So the suite lists them first as `Job`s, runs the missing ones
 on one process per core, longest first (`PhysicsCache.prefetch`), and the steps that compare
 the model then read them (`PhysicsCache.get`, which computes a job itself when it is missing).
 Each answer is kept on disk under a key of everything that decides it: the job's kind and
 options, the mesh and scene (or the sequence file's bytes) and the source code of the
-reference, the core and the oracle. A run after a change to the model reuses them all; a change
-to the physics code computes them again. Delete the folder to start over.
+reference, the core and the oracle; an energy drift under the checkpoint's bytes and all of
+engine/. A run after a change to the model reuses all but the drift; a change to the physics
+code computes them again. Delete the folder to start over.
 """
 from __future__ import annotations
 
@@ -41,9 +42,11 @@ class PhysicsRunFailed(RuntimeError):
 @dataclass(frozen=True)
 class Job:
     """One physics run. `kind`: "reference" (frames [T, N, 3]), "oracle" ((frames, fault frame,
-    error text, ms per frame, handles)) or "noise_floor" (the `noise.noise_floor_for` dict).
-    `source`: ("scene", Mesh, scene dict) or ("sequence", path). `options`: the reference's
-    settings (lattice_cells, substep), the oracle's `handles`, the noise floor's `frames`."""
+    error text, ms per frame, handles)), "noise_floor" (the `noise.noise_floor_for` dict) or
+    "drift" (the model's energy drift on one mesh with one integrator, `energy.mesh_drift`).
+    `source`: ("scene", Mesh, scene dict), ("sequence", path) or, for "drift", ("model", path).
+    `options`: the reference's settings (lattice_cells, substep), the oracle's `handles`, the
+    noise floor's `frames`, `mesh_drift`'s arguments."""
     kind: str
     source: tuple
     options: dict = field(default_factory=dict)
@@ -55,37 +58,43 @@ class Job:
         return setup_from_scene(mesh, scene)
 
     def cost(self) -> float:
-        """Rough relative work, to start the longest first: frames x lattice cells^3 for a solid,
-        (8 + 1)x that for a noise floor (a run at twice the cells beside it)."""
+        """Rough seconds on this project's 2-core machine, to start the longest first: frames x
+        lattice cells^3 / 200 (the soft toy at 12 cells: 36 frames, 289 s), 9x that for a noise
+        floor (a run at twice the cells beside it); 35 ms a step for an energy drift."""
+        if self.kind == "drift":
+            return 0.035 * self.options.get("steps", 1000)
         if self.source[0] == "sequence":
             frames, cells = 60, 4
         else:
             frames, cells = self.source[2].get("frames", 48), self.options.get("lattice_cells", 4)
         frames = self.options.get("frames") or frames
-        return frames * cells ** 3 * (9.0 if self.kind == "noise_floor" else 1.0)
+        return frames * cells ** 3 / 200.0 * (9.0 if self.kind == "noise_floor" else 1.0)
 
 
-_code_version = None
+_code_versions = {}
 
 
-def code_version() -> str:
-    """Hash of the physics source files (PHYSICS_CODE)."""
-    global _code_version
-    if _code_version is None:
+def code_version(parts=PHYSICS_CODE) -> str:
+    """Hash of the source files under `parts` (folders and files of engine/)."""
+    key = tuple(parts)
+    if key not in _code_versions:
         h = hashlib.sha1()
-        for name in PHYSICS_CODE:
+        for name in parts:
             path = ENGINE / name
             for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
                 h.update(str(f.relative_to(ENGINE)).encode())
                 h.update(f.read_bytes())
-        _code_version = h.hexdigest()
-    return _code_version
+        _code_versions[key] = h.hexdigest()
+    return _code_versions[key]
 
 
 def job_key(job: Job) -> str:
+    """The job's file name in the cache: its kind, options and source and the code that runs it
+    (the physics code; for a model's energy drift, all of engine/)."""
     h = hashlib.sha1()
-    h.update(json.dumps([job.kind, job.options, code_version()], sort_keys=True, default=str).encode())
-    if job.source[0] == "sequence":
+    code = code_version(("",) if job.kind == "drift" else PHYSICS_CODE)
+    h.update(json.dumps([job.kind, job.options, code], sort_keys=True, default=str).encode())
+    if job.source[0] in ("sequence", "model"):
         h.update(Path(job.source[1]).read_bytes())
     else:
         _, mesh, scene = job.source
@@ -102,8 +111,12 @@ def compute(job: Job):
     from .metrics import predict
     from .noise import noise_floor_for
     from .oracle import OracleEngine
-    setup = job.setup()
     options = dict(job.options)
+    if job.kind == "drift":
+        from ..learned.checkpoint import load_checkpoint
+        from .energy import mesh_drift
+        return mesh_drift(load_checkpoint(job.source[1])[0], **options)
+    setup = job.setup()
     try:
         if job.kind == "reference":
             sim = ReferenceSimulator(setup, **options)
@@ -163,27 +176,30 @@ class PhysicsCache:
             raise answer
         return answer
 
-    def prefetch(self, jobs, workers=None, quiet=False) -> dict:
+    def prefetch(self, jobs, workers=None, quiet=False, also=()) -> dict:
         """Compute the jobs not yet kept, on `workers` processes (default: one per core),
-        longest first. Returns {"jobs", "computed", "seconds"}."""
+        longest first; `also`: (label, function, args) to run on the same processes first (a
+        baseline's training; their answers are dropped). Returns {"jobs", "computed", "seconds"}."""
         unique = {job_key(j): j for j in jobs}
         todo = sorted((j for k, j in unique.items() if not (self.folder / f"{k}.pkl").is_file()),
                       key=lambda j: -j.cost())
+        tasks = [(label, fn, args) for label, fn, args in also] + [
+            (j.kind, _compute_and_store, (str(self.folder), j)) for j in todo]
         t0 = time.perf_counter()
-        workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
-        bar = None if quiet or not todo else ProgressBar(len(todo), f"physics ({len(todo)} runs, {workers} processes)")
+        workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
+        bar = None if quiet or not tasks else ProgressBar(len(tasks), f"physics ({len(todo)} runs, {workers} processes)")
         if workers > 1:
             with ProcessPoolExecutor(max_workers=workers, initializer=_single_threaded_worker) as pool:
-                running = {pool.submit(_compute_and_store, str(self.folder), j): j for j in todo}
+                running = {pool.submit(fn, *args): label for label, fn, args in tasks}
                 for done in as_completed(running):
                     done.result()
                     if bar:
-                        bar.update(1, postfix=running[done].kind)
+                        bar.update(1, postfix=running[done])
         else:
-            for j in todo:
-                self._store(j, compute(j))
+            for label, fn, args in tasks:
+                fn(*args)
                 if bar:
-                    bar.update(1, postfix=j.kind)
+                    bar.update(1, postfix=label)
         if bar:
             bar.close()
         return {"jobs": len(unique), "computed": len(todo), "seconds": round(time.perf_counter() - t0, 1)}
@@ -201,3 +217,8 @@ def scene_job(kind, mesh: Mesh, scene: dict, **options) -> Job:
 
 def sequence_job(kind, path, **options) -> Job:
     return Job(kind, ("sequence", str(path)), options)
+
+
+def drift_job(model_path, mesh, integrator, **options) -> Job:
+    """The model's energy drift on a sample mesh with one integrator (`energy.mesh_drift`)."""
+    return Job("drift", ("model", str(model_path)), dict(options, name=mesh, integrator=integrator))

@@ -36,7 +36,7 @@ from ..training.shapes import FAMILIES
 from .ablations import run_ablations
 from .baselines import load_latent_mlp, model_training_data, train_latent_mlp
 from .bench import bench
-from .metrics import eval_jobs, evaluate, write_json
+from .metrics import drift_jobs, eval_jobs, evaluate, write_json
 from .physics_cache import PhysicsCache
 from .report import write_report
 from .scene_eval import EVALUATION_LATTICE, beam_jobs, run_beam, run_scenes, scenes_physics
@@ -44,15 +44,17 @@ from .stress import run_stress, stress_jobs
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
-SMALL_SCENES = ("toy_drop", "jelly_poke", "flag_wind", "monkey", "torus", "grid")
+# The dropped monkey is the full preset's only: its tumble is not converged on any lattice the
+# reference finishes (0.077 between 8 and 12 cells, docs/MODEL_CARD.md) and costs 12 minutes.
+SMALL_SCENES = ("toy_drop", "jelly_poke", "flag_wind", "torus", "grid")
 ALL_SCENES = ("toy_drop", "jelly_poke", "flag_wind", "monkey", "cone", "torus", "cylinder", "uv_sphere", "ico_sphere", "grid")
 
 PRESETS = {
     "small": {"sequences": 6, "heldout": 2, "frames": 60, "seed": 2, "mlp_minutes": 1.0,
               "bench_sizes": (1000, 10000), "bench_frames": 6,
               "long_frames": 1000, "force_scales": (0.1, 1.0, 10.0, 100.0), "stress_frames": 24,
-              "resolutions": (1000, 10000), "truth_max_vertices": 2000, "truth_max_force": 10.0,
-              "scenes": SMALL_SCENES, "scene_frames": 36, "noise_scenes": ("torus",), "noise_frames": 12, "noise_sequences": 1,
+              "resolutions": (1000, 10000), "truth_max_vertices": 2000, "truth_max_force": 1.0,
+              "scenes": SMALL_SCENES, "scene_frames": 36, "noise_scenes": ("jelly_poke",), "noise_frames": 12, "noise_sequences": 1,
               "beam_frames": 72, "oracle_handles": None, "truth_lattice": EVALUATION_LATTICE, "gif_frames": 36, "ablations": False, "energy_steps": 1000,
               "energy_tight": None, "workers": None},
     "full": {"sequences": 24, "heldout": 6, "frames": 201, "seed": 2, "mlp_minutes": 6.0,   # frame 0..200
@@ -104,14 +106,16 @@ def make_eval_set(out, seed, sequences, heldout, frames, workers=None, quiet=Fal
 
 # =========================================================================== the suite
 
-def suite_jobs(cfg, data, out):
+def suite_jobs(cfg, data, out, model_path):
     """Every physics run the suite compares against (`physics_cache`): the oracle and noise floor
-    of the evaluation set, the scenes' ground truth, oracle and noise floor, the beam's and the
-    stress cases' reference runs."""
+    of the evaluation set, the model's energy drift, the scenes' ground truth, oracle and noise
+    floor, the beam's and the stress cases' reference runs."""
     entries = load_index(data)
     jobs = list(eval_jobs(entries, cfg.get("oracle_handles"), cfg["noise_sequences"], cfg["noise_frames"]).values())
     cases, _ = scenes_physics(cfg, out / "meshes")
     jobs += [job for _, scene_jobs in cases for job in scene_jobs.values()]
+    if cfg["energy_steps"]:
+        jobs += list(drift_jobs(model_path, cfg["energy_steps"], True, cfg["energy_tight"]).values())
     return jobs + list(beam_jobs(cfg).values()) + stress_jobs(cfg)
 
 
@@ -143,12 +147,8 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
     data = make_eval_set(out / "data", cfg["seed"], cfg["sequences"], cfg["heldout"], cfg["frames"])
     done("eval set")
 
-    step("physics")
-    physics = PhysicsCache(out / "physics")
-    physics_info = physics.prefetch(suite_jobs(cfg, data, out), workers=cfg.get("workers"))
-    done("physics")
-
-    step("latent-MLP baseline")
+    # the latent-MLP baseline trains on one worker while the other starts on the physics
+    step("physics and latent-MLP baseline")
     train_data, meta = model_training_data(model_path, str(data))
     mlp_path = out / "latent_mlp.pt"
     mlp_ok = False
@@ -157,9 +157,11 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
             mlp_ok = load_latent_mlp(mlp_path).meta.get("model") == model_path
         except NeurokError:
             mlp_ok = False
-    if not mlp_ok and train_data:
-        train_latent_mlp(model_path, train_data, minutes=cfg["mlp_minutes"], out=mlp_path)
-    done("latent-MLP baseline")
+    also = [("latent-MLP baseline", train_mlp_file, (model_path, train_data, cfg["mlp_minutes"], str(mlp_path)))
+            ] if not mlp_ok and train_data else []
+    physics = PhysicsCache(out / "physics")
+    physics_info = physics.prefetch(suite_jobs(cfg, data, out, model_path), workers=cfg.get("workers"), also=also)
+    done("physics and latent-MLP baseline")
 
     step("eval")
     result = evaluate(model_path, data, latent_mlp=str(mlp_path) if mlp_path.is_file() else None,
@@ -213,6 +215,11 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
                         ablations, docs)
     print(f"[evalsuite] wrote {path} ({suite['wall_minutes']} min)")
     return path
+
+
+def train_mlp_file(model_path, data, minutes, out):
+    """Train the latent-MLP baseline into the file `out` (a worker process's task)."""
+    train_latent_mlp(model_path, data, minutes=minutes, out=out, quiet=True)
 
 
 def source_description() -> str:
