@@ -121,7 +121,9 @@ def test_rigid_motions_are_exact_and_cost_no_energy(model, family, seed):
     np.testing.assert_allclose(scene.decode_metres(q), moved, atol=1e-9 * diagonal(mesh))
     e = elastic(q, None, scene)
     assert abs(float(e.energy)) < 1e-12 * scene.w0sq
-    assert float(torch.abs(e.grad).max()) < 1e-9 * scene.w0sq
+    # rounding: a sheet's gradient at a rigid motion measured 1.2e-9 w0^2 on one CPU and below 1e-9
+    # on another; a motion the subspace does not carry exactly costs 1e-3 w0^2 and more
+    assert float(torch.abs(e.grad).max()) < 1e-8 * scene.w0sq
     # and the encoder finds it from the vertices alone
     np.testing.assert_allclose(scene.decode_metres(scene.encode(sub.norm.forward(moved))), moved, atol=1e-6 * diagonal(mesh))
 

@@ -195,7 +195,7 @@ def pick_entries(entries, max_sequences):
 
 
 def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_path="eval.json", mlp_minutes=None,
-             mlp_steps=None, energy_steps=ENERGY_STEPS, integrator="backward_euler", quiet=False,
+             mlp_steps=None, energy_steps=ENERGY_STEPS, integrator="matched", quiet=False,
              baselines=True, chamfer=True, entries=None, name=None, engine=None, energy_curves=False,
              oracle=True, oracle_handles=None, noise_sequences=NOISE_SEQUENCES, noise_frames=NOISE_FRAMES,
              energy_tight=None, physics=None) -> dict:
@@ -209,7 +209,7 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
     from .oracle import model_latent_size
     engine_given = engine is not None
     if engine is None:
-        engine = (open_engine("neurok", model=model_path, device="cpu") if integrator == "backward_euler"
+        engine = (open_engine("neurok", model=model_path, device="cpu") if integrator == "matched"
                   else NeurokEngine(model_path, integrator=integrator))
     if entries is None:
         entries = pick_entries(load_index(data_dir), max_sequences)

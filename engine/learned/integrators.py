@@ -3,7 +3,9 @@
 
 - backward Euler (default): stable at 1/24 s frames with stiff materials, dissipates a little;
 - implicit midpoint: backward Euler over half the step to the midpoint, then extrapolated; it
-  conserves energy far better (bouncy materials) at the same cost.
+  conserves energy far better (bouncy materials) at the same cost;
+- the theta method between them (`theta_step`), which the run time uses for solids at twice the
+  reference's step with the theta that damps as the reference does (`matched_theta`).
 
 `differentiable_step` is what training back-propagates through: the step is solved without a
 graph, then one Newton step from the solution is taken with the Hessian held fixed, so gradients
@@ -113,10 +115,44 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
     return q, False
 
 
-def step(scene, frame, q_n, qd_n, h, integrator="backward_euler", fast=False, iterations=NEWTON_ITERATIONS):
+def matched_theta(h: float, reference_step: float) -> float:
+    """The theta at which a step of h damps every slow mode as backward Euler at
+    `reference_step` does: a mode of frequency w loses (2 theta - 1) w h / 2 of its amplitude per
+    radian, so (2 theta - 1) h = reference_step (3/4 at twice the reference's step; backward
+    Euler, 1, at or below it)."""
+    return min(1.0, 0.5 * (1.0 + reference_step / h))
+
+
+def theta_step(scene, frame, q_n, qd_n, h, theta, fast=False, iterations=NEWTON_ITERATIONS):
+    """One-leg theta method: backward Euler over theta h (a minimisation: it never leaves the
+    valid states), then extrapolated to h; theta 1 is backward Euler, 1/2 implicit midpoint.
+    An extrapolation that would invert a sample is shortened until it does not.
+    The Rayleigh damping's K is taken at the midpoint of the step's chord q_n -> q_n+1 predicted
+    from q'_n, not at q_n: its null space (the motions that strain nothing) then holds a turning
+    body's chord to third order in the angle turned, where K at q_n charges it to second order.
+    A rubber cube spinning at 6 rad/s keeps 0.67x the reference's kinetic energy after 12 frames
+    with K there, 0.12x with K at q_n (backward Euler at 1/48 s: 0.49x; tests/test_model.py)."""
+    middle = q_n + 0.5 * h * qd_n
+    if not math.isfinite(float(scene.elastic_energy(middle))):
+        middle = None
+    ctx = StepContext.build(scene, frame, q_n, qd_n, theta * h, fast, damping_at=middle)
+    q_t, ok = minimize(ctx, q_n + theta * h * qd_n, iterations)
+    qd_t = (q_t - q_n) / (theta * h)
+    for halvings in range(4):
+        reach = 1.0 + (1.0 / theta - 1.0) / 2 ** halvings
+        if math.isfinite(float(scene.elastic_energy(q_n + reach * (q_t - q_n)))):
+            break
+    else:
+        reach = 1.0
+    return q_n + reach * (q_t - q_n), qd_n + reach * (qd_t - qd_n), ok
+
+
+def step(scene, frame, q_n, qd_n, h, integrator="backward_euler", fast=False, iterations=NEWTON_ITERATIONS, theta=None):
     """One step -> (q, q', converged). `fast`: Newton's matrix and the damping's stiffness
     assembled in float32 (the run time's choice; the solution is the same to the tolerance,
-    since it is set by the float64 gradient)."""
+    since it is set by the float64 gradient). `integrator` "theta" takes `theta`."""
+    if integrator == "theta":
+        return theta_step(scene, frame, q_n, qd_n, h, theta, fast, iterations)
     if integrator == "implicit_midpoint":
         # solved tighter: its energy conservation is only as good as the solve (1e-5: 2.2 % drift
         # over 500 steps, 1e-8: 1.3 %, measured on a spinning jelly box)

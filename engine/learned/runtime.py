@@ -18,13 +18,22 @@ from ..core.run import Engine, Run
 from ..core.scene import Setup
 from .checkpoint import load_checkpoint
 from .ik import solve_ik
-from .integrators import NEWTON_ITERATIONS, step as integrator_step
+from .integrators import NEWTON_ITERATIONS, matched_theta, step as integrator_step
 from .latent_scene import LatentScene
 from .materials import DTYPE
 from .ood import ood_report
 from .terms import elastic
 
-SUBSTEP = 1.0 / 48.0      # longest latent step (s)
+SUBSTEP = 1.0 / 48.0      # longest latent step (s) of a sheet, and of every body with plain backward Euler
+# A solid's longest step under the default "matched" scheme: the theta method at 1/24 s with the
+# theta that damps as the reference's backward Euler at its 1/48 s step (the training data's,
+# `training.generate.GENERATOR_SUBSTEP`; `integrators.matched_theta`). Half the steps of backward
+# Euler at 1/48 for the same motion: the pinned beam rings at 1.570 Hz with damping ratio 0.105
+# (reference 1.568 Hz, 0.106; backward Euler at 1/48: 1.586, 0.107; at 1/24: 1.528, 0.210).
+# Sheets keep 1/48: a flag in wind moved 1.5x as far from the reference at 1/24 (docs/MODEL_CARD.md).
+SOLID_STEP = 1.0 / 24.0
+DATA_STEP = 1.0 / 48.0
+SCHEMES = ("matched", "backward_euler", "implicit_midpoint")
 GUARD_FULL_CHECK_EVERY = 8   # frames between two full plausibility checks (quick checks between)
 
 
@@ -45,10 +54,10 @@ def single_threaded():
         torch.set_num_threads(before)
 
 
-def substeps_for(dt: float) -> int:
-    """Latent steps per frame: dt / SUBSTEP rounded up, where 1e-3 of a step over a whole number
+def substeps_for(dt: float, longest: float = SUBSTEP) -> int:
+    """Latent steps per frame: dt / longest rounded up, where 1e-3 of a step over a whole number
     (a frame time written to six digits, 0.041667 s) does not add a step."""
-    return max(1, int(math.ceil(dt / SUBSTEP - 1e-3)))
+    return max(1, int(math.ceil(dt / longest - 1e-3)))
 
 
 def handle_blend(sub):
@@ -77,13 +86,17 @@ class NeurokRun(Run):
 
     retry_window = GUARD_FULL_CHECK_EVERY
 
-    def __init__(self, model, setup: Setup, device="cpu", integrator="backward_euler", meta=None):
+    def __init__(self, model, setup: Setup, device="cpu", integrator="matched", meta=None):
         super().__init__(setup)
         t0 = time.perf_counter()
         with torch.no_grad(), single_threaded():   # one thread here too: the fit's many mid-sized
             self.scene = LatentScene(model, setup, device=device)   # products ran 9x slower on 2 busy cores
+        if integrator not in SCHEMES:
+            raise ValueError(f"unknown integrator '{integrator}' ({', '.join(SCHEMES)})")
         self.model, self.integrator = model, integrator
-        self.substeps = substeps_for(setup.dt)
+        matched_solid = integrator == "matched" and self.scene.kind == "solid"
+        self.substeps = substeps_for(setup.dt, SOLID_STEP if matched_solid else SUBSTEP)
+        self._scheme = "theta" if matched_solid else ("backward_euler" if integrator == "matched" else integrator)
         # decoding goes through the nodes: q -> node displacements (n x d) -> vertices by the
         # sparse interpolation W (8 nodes per vertex for solids), O(N) instead of O(N d); in
         # metres and float32 from the start (the normalisation folded into the basis)
@@ -100,8 +113,8 @@ class NeurokRun(Run):
     def _advance(self, frame, q, qd, h, splits=0):
         # a retried step may also take more Newton iterations (a blow far outside the training
         # range needs 50-60 where ordinary steps take 2-5)
-        q1, qd1, ok = integrator_step(self.scene, frame, q, qd, h, self.integrator, fast=True,
-                                      iterations=NEWTON_ITERATIONS << splits)
+        q1, qd1, ok = integrator_step(self.scene, frame, q, qd, h, self._scheme, fast=True,
+                                      iterations=NEWTON_ITERATIONS << splits, theta=matched_theta(h, DATA_STEP))
         if ok and bool(torch.all(torch.isfinite(q1))):
             return q1, qd1
         if splits >= MAX_RETRY_SPLITS:
@@ -170,7 +183,7 @@ class NeurokEngine(Engine):
     """The learned engine with one loaded checkpoint."""
     name = "neurok"
 
-    def __init__(self, model_path, device="cpu", integrator="backward_euler"):
+    def __init__(self, model_path, device="cpu", integrator="matched"):
         self.model, self.meta = load_checkpoint(model_path, device)
         self.model_path, self.device, self.integrator = str(model_path), device, integrator
         for p in self.model.parameters():

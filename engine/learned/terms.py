@@ -55,7 +55,7 @@ class StepContext:
                                                 # only, where the damping is one dense matrix: `build`)
 
     @classmethod
-    def build(cls, scene: LatentScene, frame: int, q_n, qd_n, h: float, fast=False):
+    def build(cls, scene: LatentScene, frame: int, q_n, qd_n, h: float, fast=False, damping_at=None):
         """The step's inputs. The Rayleigh damping is evaluated at this step's own start q_n, as
         the reference does: a K from half a frame before has its null space turned away from the
         body's present pose and damps turning and folding (a flag in wind: rel_l2 0.219 with K
@@ -65,9 +65,11 @@ class StepContext:
         each Newton matrix instead of on their own; Newton's first matrix is the exact one at its
         guess (starting from the projected K at q_n missed the tolerance on undamped cloth:
         implicit midpoint, a flag, 9 of 20 steps).
-        `fast`: Hessians assembled in float32 (they only steer Newton and set the damping)."""
-        K_n = scene.elastic(q_n, True, False, fast)[2] if scene.dims <= REDUCED_PROJECTION_DIMS else None
-        damping = rayleigh(scene, q_n, fast, hessian=K_n)
+        `fast`: Hessians assembled in float32 (they only steer Newton and set the damping).
+        `damping_at`: where K is taken instead of q_n (a longer step's midpoint, `integrators.theta_step`)."""
+        at = q_n if damping_at is None else damping_at
+        K_n = scene.elastic(at, True, False, fast)[2] if scene.dims <= REDUCED_PROJECTION_DIMS else None
+        damping = rayleigh(scene, at, fast, hessian=K_n)
         prev = scene.contact_rest + torch.einsum("kid,d->ki", scene.contact_V, q_n)
         force = scene.forcing(frame) + interactions.field_force(scene, frame, q_n, qd_n)  # fields on the deformed surface
         heights = scene.node_heights(q_n.detach()) if scene.has_floor else None
