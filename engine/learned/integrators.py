@@ -123,7 +123,18 @@ def matched_theta(h: float, reference_step: float) -> float:
     return min(1.0, 0.5 * (1.0 + reference_step / h))
 
 
-def theta_step(scene, frame, q_n, qd_n, h, theta, fast=False, iterations=NEWTON_ITERATIONS):
+def matched_friction(share: float, h: float, theta: float, reference_step: float) -> float:
+    """The floor's and colliders' friction share (the share of a slide resisted per step, as
+    backward Euler applies it) for a theta step of h, such that a slide keeps as much of its
+    speed per second as under `share` per backward-Euler step of `reference_step`: a slide
+    keeps 1 / (1 + share) per such step, and a theta step keeps 1 - s / theta of it for a share
+    s / (1 - s) in its backward-Euler part."""
+    keep = (1.0 + share) ** (-h / reference_step)
+    s = theta * (1.0 - keep)
+    return s / (1.0 - s)
+
+
+def theta_step(scene, frame, q_n, qd_n, h, theta, fast=False, iterations=NEWTON_ITERATIONS, reference_step=None):
     """One-leg theta method: backward Euler over theta h (a minimisation: it never leaves the
     valid states), then extrapolated to h; theta 1 is backward Euler, 1/2 implicit midpoint.
     An extrapolation that would invert a sample is shortened until it does not.
@@ -131,11 +142,15 @@ def theta_step(scene, frame, q_n, qd_n, h, theta, fast=False, iterations=NEWTON_
     from q'_n, not at q_n: its null space (the motions that strain nothing) then holds a turning
     body's chord to third order in the angle turned, where K at q_n charges it to second order.
     A rubber cube spinning at 6 rad/s keeps 0.67x the reference's kinetic energy after 12 frames
-    with K there, 0.12x with K at q_n (backward Euler at 1/48 s: 0.49x; tests/test_model.py)."""
+    with K there, 0.12x with K at q_n (backward Euler at 1/48 s: 0.49x; tests/test_model.py).
+    `reference_step`: friction is rescaled to slow a slide per second as backward Euler at that
+    step does (`matched_friction`)."""
     middle = q_n + 0.5 * h * qd_n
     if not math.isfinite(float(scene.elastic_energy(middle))):
         middle = None
     ctx = StepContext.build(scene, frame, q_n, qd_n, theta * h, fast, damping_at=middle)
+    if reference_step:
+        ctx.friction_of = lambda share: matched_friction(share, h, theta, reference_step)
     q_t, ok = minimize(ctx, q_n + theta * h * qd_n, iterations)
     qd_t = (q_t - q_n) / (theta * h)
     for halvings in range(4):
@@ -147,12 +162,14 @@ def theta_step(scene, frame, q_n, qd_n, h, theta, fast=False, iterations=NEWTON_
     return q_n + reach * (q_t - q_n), qd_n + reach * (qd_t - qd_n), ok
 
 
-def step(scene, frame, q_n, qd_n, h, integrator="backward_euler", fast=False, iterations=NEWTON_ITERATIONS, theta=None):
+def step(scene, frame, q_n, qd_n, h, integrator="backward_euler", fast=False, iterations=NEWTON_ITERATIONS, theta=None,
+         reference_step=None):
     """One step -> (q, q', converged). `fast`: Newton's matrix and the damping's stiffness
     assembled in float32 (the run time's choice; the solution is the same to the tolerance,
-    since it is set by the float64 gradient). `integrator` "theta" takes `theta`."""
+    since it is set by the float64 gradient). `integrator` "theta" takes `theta` and
+    `reference_step` (`theta_step`)."""
     if integrator == "theta":
-        return theta_step(scene, frame, q_n, qd_n, h, theta, fast, iterations)
+        return theta_step(scene, frame, q_n, qd_n, h, theta, fast, iterations, reference_step)
     if integrator == "implicit_midpoint":
         # solved tighter: its energy conservation is only as good as the solve (1e-5: 2.2 % drift
         # over 500 steps, 1e-8: 1.3 %, measured on a spinning jelly box)

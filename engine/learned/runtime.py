@@ -114,7 +114,8 @@ class NeurokRun(Run):
         # a retried step may also take more Newton iterations (a blow far outside the training
         # range needs 50-60 where ordinary steps take 2-5)
         q1, qd1, ok = integrator_step(self.scene, frame, q, qd, h, self._scheme, fast=True,
-                                      iterations=NEWTON_ITERATIONS << splits, theta=matched_theta(h, DATA_STEP))
+                                      iterations=NEWTON_ITERATIONS << splits, theta=matched_theta(h, DATA_STEP),
+                                      reference_step=DATA_STEP)
         if ok and bool(torch.all(torch.isfinite(q1))):
             return q1, qd1
         if splits >= MAX_RETRY_SPLITS:
