@@ -45,6 +45,7 @@ from .distances import (REPORT_FRAMES, amplitude_ratio, bbox_diagonal, centroid_
 from .energy import ENERGY_STEPS, energy_drift
 from .noise import mean_noise_floor
 from .plausibility import aggregate_plausibility, plausibility_series, plausibility_summary
+from .rollout import predict, predict_neurok   # noqa: F401 - also used from here by the other steps
 
 __all__ = ["REPORT_FRAMES", "aggregate", "bbox_diagonal", "chamfer_l1", "evaluate", "evaluate_command",
            "first_unstable_frame", "predict_neurok", "rel_l2_curve", "sample_surface", "sequence_metrics",
@@ -125,33 +126,6 @@ def truth_block(records) -> dict:
     against it)."""
     mean, worst = aggregate_plausibility([r.get("truth_plausibility") for r in records])
     return {"plausibility": mean, "plausibility_worst": worst, "sequences": len(records)}
-
-
-# =========================================================================== predictions
-
-def predict(engine, setup):
-    """(frames [T,N,3], fault frame or None, error text or None, ms per frame) of any engine
-    behind the `Engine`/`Run` interface."""
-    from ..api import SimulationFault
-    try:
-        run = engine.prepare(setup)
-        t1 = time.perf_counter()
-        pred = run.bake()
-        ms = 1000.0 * (time.perf_counter() - t1) / max(1, setup.frames - 1)
-        return pred, None, None, ms
-    except SimulationFault as fault:   # a stop of the plausibility guard (ImplausibleFrame) included: a failure
-        good = fault.positions if fault.positions is not None and len(fault.positions) else np.asarray(setup.x0)[None]
-        pred = np.repeat(good[-1:], setup.frames, axis=0)
-        pred[:len(good)] = good
-        return pred.astype(np.float32), len(good), str(fault), None
-    except (RuntimeError, ValueError, FloatingPointError, np.linalg.LinAlgError) as e:  # a numerical failure in a step
-        pred = np.repeat(np.asarray(setup.x0, np.float32)[None], setup.frames, axis=0)
-        return pred, 1, f"{type(e).__name__}: {str(e)[:200]}", None
-
-
-def predict_neurok(engine, setup):
-    """The learned engine's rollout: (frames, fault frame or None, error text or None, ms/frame)."""
-    return predict(engine, setup)
 
 
 # =========================================================================== the command

@@ -32,7 +32,7 @@ from ..core.scene import setup_from_scene, setup_from_sequence
 ENGINE = Path(__file__).resolve().parent.parent
 # what decides a reference run, an oracle run or a noise floor besides the job itself
 PHYSICS_CODE = ("core", "reference", "evaluation/oracle.py", "evaluation/noise.py", "evaluation/noise_floor.py",
-                "evaluation/physics_cache.py")
+                "evaluation/rollout.py", "evaluation/physics_cache.py")
 
 
 class PhysicsRunFailed(RuntimeError):
@@ -108,7 +108,7 @@ def compute(job: Job):
     """Run one job here and now; a run the physics gives up on returns PhysicsRunFailed."""
     from ..api import SimulationFault
     from ..reference.simulator import ReferenceSimulator
-    from .metrics import predict
+    from .rollout import predict
     from .noise import noise_floor_for
     from .oracle import OracleEngine
     options = dict(job.options)
