@@ -73,7 +73,8 @@ def test_by_default_training_keeps_the_eigenfunctions_and_the_sliders(data, tmp_
     """Without `fit_weights` the weight field stays at zero (the handle weights are the mesh's
     eigenfunctions: symmetric bodies stay symmetric) and only the density's correction trains."""
     out = tmp_path / "density.ckpt"
-    model, history = train(data, out, steps=2, seed=SEED, quiet=True)
+    # 4 steps: on one CPU the first two drawn sequences gave the correction's last layer no gradient
+    model, history = train(data, out, steps=4, seed=SEED, quiet=True)
     assert {h["stage"] for h in history} == {"dynamics"}
     saved = load_checkpoint(out)[0]
     assert not saved.weight_field.net[-1].weight.any() and not saved.weight_field.net[-1].bias.any()
