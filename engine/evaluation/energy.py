@@ -121,10 +121,11 @@ def mesh_drift(model, name, integrator, steps=ENERGY_STEPS, amplitude=AMPLITUDE,
         scene = LatentScene(model, energy_setup(name), device=device)
         q0, qd0 = start_state(scene, amplitude, seed)
     # a step that fails comes back as not ok, a blow-up as an infinite drift: no exception to catch
-    r = drift_curve(scene, integrator, steps, substep_length(), q0, qd0, tolerance, keep_curve)
+    h = substep_length()
+    r = drift_curve(scene, integrator, steps, h, q0, qd0, tolerance, keep_curve)
     r["dims"] = scene.dims
     if tight:
-        r["tight"] = drift_curve(scene, integrator, steps, substep_length(), q0, qd0, tight)
+        r["tight"] = drift_curve(scene, integrator, steps, h, q0, qd0, tight)
     return r
 
 

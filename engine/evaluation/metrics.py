@@ -195,6 +195,7 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
     latent = model_latent_size(engine)
     handles = oracle_handles            # None: per mesh, as many as the model's (`oracle.model_handles`)
     jobs = eval_jobs(entries, handles, noise_sequences, noise_frames, oracle=baselines and oracle)
+    from .physics_cache import compute_now
     get = physics.get if physics is not None else compute_now
     names = (["hold_still", "pca_modal"] + (["latent_mlp"] if mlp is not None else [])
              + (["oracle"] if baselines and oracle else [])) if baselines else []
@@ -324,15 +325,6 @@ def drift_jobs(model_path, steps=ENERGY_STEPS, keep_curve=False, tight=None) -> 
     from .physics_cache import drift_job
     return {(m, i): drift_job(model_path, m, i, steps=steps, keep_curve=keep_curve, tight=tight)
             for m in ENERGY_MESHES for i in INTEGRATORS}
-
-
-def compute_now(job):
-    """A physics job's answer, computed here (no cache)."""
-    from .physics_cache import PhysicsRunFailed, compute
-    answer = compute(job)
-    if isinstance(answer, PhysicsRunFailed):
-        raise answer
-    return answer
 
 
 def _grouped(records, key):

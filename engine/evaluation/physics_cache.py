@@ -131,6 +131,18 @@ def compute(job: Job):
     raise ValueError(f"unknown physics job kind '{job.kind}'")
 
 
+def _checked(answer):
+    """The answer, or its PhysicsRunFailed raised."""
+    if isinstance(answer, PhysicsRunFailed):
+        raise answer
+    return answer
+
+
+def compute_now(job: Job):
+    """A job's answer computed here and kept nowhere (raises PhysicsRunFailed as `PhysicsCache.get` does)."""
+    return _checked(compute(job))
+
+
 def _single_threaded_worker():
     """One thread per worker process: two workers on two cores, each with two threads, only
     wait for each other."""
@@ -172,9 +184,7 @@ class PhysicsCache:
         if answer is None:
             answer = compute(job)
             self._store(job, answer)
-        if isinstance(answer, PhysicsRunFailed):
-            raise answer
-        return answer
+        return _checked(answer)
 
     def prefetch(self, jobs, workers=None, quiet=False, also=()) -> dict:
         """Compute the jobs not yet kept, on `workers` processes (default: one per core),

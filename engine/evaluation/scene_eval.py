@@ -20,7 +20,7 @@ from ..reference.simulator import ReferenceSimulator
 from ..training.generate import GENERATOR_SUBSTEP
 from .distances import bbox_diagonal, rel_l2_curve
 from .metrics import predict, sequence_metrics, truth_measures
-from .physics_cache import PhysicsCache, PhysicsRunFailed, compute, scene_job
+from .physics_cache import PhysicsCache, PhysicsRunFailed, compute_now, scene_job
 from .physical import beam_quantities, compare
 from .render import animation, contact_sheet
 from .scenes import beam_mesh, beam_scene, evaluation_scenes
@@ -166,11 +166,3 @@ def run_beam(cfg, model_path, physics=None) -> dict:
     return {"frames": setup.frames, "vertices": int(setup.num_vertices), "material": setup.material,
             "handles": handles, "length": 0.5, "width": 0.08, "quantities": quantities, "relative_errors": compare(quantities),
             "tip_signal": signals, "dt": setup.dt}
-
-
-def compute_now(job):
-    """A physics job's answer, computed here (no cache)."""
-    answer = compute(job)
-    if isinstance(answer, PhysicsRunFailed):
-        raise answer
-    return answer

@@ -18,9 +18,8 @@ from ..training.generate import GENERATOR_LATTICE, GENERATOR_SUBSTEP
 from ..training.shapes import make_shape
 from .distances import bbox_diagonal, first_unstable_frame, rel_l2_curve
 from .metrics import predict_neurok, sequence_metrics
-from .physics_cache import PhysicsRunFailed, scene_job
+from .physics_cache import PhysicsRunFailed, compute_now, scene_job
 from .plausibility import plausibility_series, plausibility_summary
-from .scene_eval import compute_now
 
 PUSH_MAX = 30.0       # m/s^2: the largest uniform push in the training scenes (generate.random_scene)
 

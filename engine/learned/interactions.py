@@ -126,8 +126,7 @@ def collider_contact(q, ctx, need_hess=True):
         if need_hess:
             H = H + k * Vn.T @ Vn
         if c.friction > 0.0:
-            share = c.friction if ctx.friction_of is None else ctx.friction_of(c.friction)
-            kf = m * share / ctx.h ** 2
+            kf = m * ctx.friction_share(c.friction) / ctx.h ** 2
             slide = xi - ctx.contact_prev[idx] - disp
             st = slide - torch.einsum("pi,pi->p", slide, n)[:, None] * n      # tangential part
             energy = energy + 0.5 * kf * torch.sum(st * st)

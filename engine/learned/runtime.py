@@ -28,7 +28,7 @@ SUBSTEP = 1.0 / 48.0      # longest latent step (s) of a sheet, and of every bod
 # A solid's longest step under the default "matched" scheme: the theta method at 1/24 s with the
 # theta that damps as the reference's backward Euler at its 1/48 s step (the training data's,
 # `training.generate.GENERATOR_SUBSTEP`; `integrators.matched_theta`). Half the steps of backward
-# Euler at 1/48 for the same motion: the pinned beam rings at 1.570 Hz with damping ratio 0.105
+# Euler at 1/48 for the same motion: the pinned beam rings at 1.569 Hz with damping ratio 0.105
 # (reference 1.568 Hz, 0.106; backward Euler at 1/48: 1.586, 0.107; at 1/24: 1.528, 0.210).
 # Sheets keep 1/48: a flag in wind moved 1.5x as far from the reference at 1/24 (docs/MODEL_CARD.md).
 SOLID_STEP = 1.0 / 24.0

@@ -57,6 +57,10 @@ class StepContext:
     friction_of: Callable[[float], float] | None = None   # a friction share per reference step -> this step's
                                                           # (`integrators.matched_friction`); None: as given
 
+    def friction_share(self, share: float) -> float:
+        """The share of a slide resisted in this step for the floor's or a collider's `share`."""
+        return share if self.friction_of is None else self.friction_of(share)
+
     @classmethod
     def build(cls, scene: LatentScene, frame: int, q_n, qd_n, h: float, fast=False, damping_at=None):
         """The step's inputs. The Rayleigh damping is evaluated at this step's own start q_n, as
@@ -173,11 +177,6 @@ def sample_damping(q, ctx: StepContext):
     return 0.5 * torch.dot(dq, Bdq), Bdq
 
 
-def friction_share(ctx: StepContext, share: float) -> float:
-    """The share of a slide resisted in this step for a material's or collider's `share`."""
-    return share if ctx.friction_of is None else ctx.friction_of(share)
-
-
 def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
     """Penalty below the floor plus sliding friction, at every vertex below it (the reference's
     law: each as stiff as the mass it carries, k = m FLOOR_OMEGA2). The vertices are found at q
@@ -196,7 +195,7 @@ def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
     pen = torch.clamp(x[:, 2] - s.floor, max=0.0)
     touching = (pen < 0).to(q.dtype)
     k = m * s.floor_k
-    kf = m * friction_share(ctx, s.friction) / ctx.h ** 2 * touching
+    kf = m * ctx.friction_share(s.friction) / ctx.h ** 2 * touching
     slide = (x - prev)[:, :2]
     energy = 0.5 * torch.dot(k * pen, pen) + 0.5 * torch.sum(kf[:, None] * slide ** 2)
     Vt = V[:, :2, :]
