@@ -172,6 +172,15 @@ def limits_for(setup, diagonal: float) -> GuardLimits:
                        volume_low=low, volume_high=1.0 + slack, flipped_share=SOLID_FLIPPED, load=load)
 
 
+def quantile(a, share: float) -> float:
+    """np.quantile(a, share) (linear interpolation) by partial sorting: three times faster."""
+    position = share * (len(a) - 1)
+    low = int(position)
+    high = min(low + 1, len(a) - 1)
+    part = np.partition(a, (low, high))
+    return float(part[low] + (position - low) * (part[high] - part[low]))
+
+
 _MEASURES = MeshMemo()
 
 
@@ -227,7 +236,7 @@ class Guard:
                 "edge_strain_mean": float(strain.mean()) if len(strain) else 0.0,
                 # the worst 1% of edges, not the single worst: a sliver edge a few micrometres long
                 # next to a poke can triple its length in a correct simulation
-                "edge_strain_max": float(np.quantile(strain, EDGE_QUANTILE)) if len(strain) else 0.0,
+                "edge_strain_max": quantile(strain, EDGE_QUANTILE) if len(strain) else 0.0,
                 "volume_ratio": mm.volume_ratio(x) if self.limits.volume_low is not None and not quick else None,
                 "flipped_share": mm.flipped_share(x, R) if self.limits.flipped_share is not None else 0.0}
 

@@ -26,12 +26,15 @@ def unique_edges(faces) -> np.ndarray:
     return np.unique(e, axis=0)
 
 
-def best_rotation(rest, x) -> np.ndarray:
-    """Rotation R minimising |R (rest - c_rest) - (x - c_x)| (Kabsch), det R = +1."""
-    a = rest - rest.mean(axis=0)
-    u, _, vt = np.linalg.svd((x - x.mean(axis=0)).T @ a)
-    d = np.sign(np.linalg.det(u @ vt)) or 1.0
-    return u @ np.diag([1.0, 1.0, d]) @ vt
+def best_rotation(rest, x, rest_centred=False) -> np.ndarray:
+    """Rotation R minimising |R (rest - c_rest) - (x - c_x)| (Kabsch), det R = +1.
+    `rest_centred`: rest has its centroid at the origin already (x's centroid then drops out)."""
+    a = rest if rest_centred else rest - rest.mean(axis=0)
+    u, _, vt = np.linalg.svd(x.T @ a)
+    R = u @ vt
+    if np.linalg.det(R) < 0:
+        R = R - 2.0 * np.outer(u[:, 2], vt[2])
+    return R
 
 
 @dataclass
@@ -71,6 +74,11 @@ class MeshMeasures:
         self.normal_ok = np.linalg.norm(self.rest_normals, axis=1) > 0
         self.rotation_points = self.points if len(self.points) <= ROTATION_POINTS else \
             self.points[np.random.default_rng(2).choice(len(self.points), ROTATION_POINTS, replace=False)]
+        self._rotation_rest = self.rest[self.rotation_points] - self.rest[self.rotation_points].mean(axis=0)
+        self._sampled_rotation_points = np.searchsorted(self.points, self.rotation_points)
+        self._all_points = len(self.points) == n
+        self._rest_normals_ok = np.ascontiguousarray(self.rest_normals[self.normal_ok].T)   # [3,F]
+        self._all_normals_ok = bool(np.all(self.normal_ok))
 
     @property
     def diagonal(self) -> float:
@@ -87,9 +95,8 @@ class MeshMeasures:
     def rotation(self, x, sampled=False) -> np.ndarray:
         """The frame's best-fit rotation (from a fixed sample of ROTATION_POINTS points; `sampled`:
         x holds only `self.points`)."""
-        x = np.asarray(x, np.float64)
-        x = x[np.searchsorted(self.points, self.rotation_points)] if sampled else x[self.rotation_points]
-        return best_rotation(self.rest[self.rotation_points], x)
+        x = np.take(np.asarray(x, np.float64), self._sampled_rotation_points if sampled else self.rotation_points, axis=0)
+        return best_rotation(self._rotation_rest, x, rest_centred=True)
 
     def volume_ratio(self, x) -> float | None:
         if not self.closed or abs(self.rest_volume) < 1e-30:
@@ -108,18 +115,21 @@ class MeshMeasures:
             return 0.0
         x = np.asarray(x, np.float64)
         R = self.rotation(x) if R is None else R
-        ok = self.normal_ok
-        if not np.any(ok):
+        if not self._rest_normals_ok.shape[1]:
             return 0.0
-        n = self._normals(x)
-        return float(np.mean(np.einsum("ij,ij->i", n[ok], self.rest_normals[ok] @ R.T) < 0.0))
+        n = face_cross(x, self.face_corners)          # [3,F]: each normal turned back by R
+        if not self._all_normals_ok:
+            n = n[:, self.normal_ok]
+        return float(np.count_nonzero(np.einsum("if,if->f", R.T @ n, self._rest_normals_ok) < 0.0)) / n.shape[1]
 
     def growth(self, x, R=None) -> float:
         """Bounding-box diagonal of the frame in the body's own (best-fit rotated) frame, over rest."""
-        x = np.take(np.asarray(x, np.float64), self.points, axis=0)
-        R = self.rotation(x, sampled=True) if R is None else R
-        local = (x - x.mean(axis=0)) @ R
-        return float(np.linalg.norm(np.ptp(local, axis=0))) / self.diagonal
+        x = np.asarray(x, np.float64)
+        if not self._all_points:
+            x = np.take(x, self.points, axis=0)
+        R = self.rotation(x, sampled=not self._all_points) if R is None else R
+        local = R.T @ x.T                             # [3,n]: rows contiguous, so the extents are quick
+        return float(np.linalg.norm(local.max(axis=1) - local.min(axis=1))) / self.diagonal
 
     def frame(self, x) -> dict:
         """All measures of one frame as plain numbers (volume_ratio None for open surfaces)."""

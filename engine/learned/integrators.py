@@ -146,7 +146,7 @@ def theta_step(scene, frame, q_n, qd_n, h, theta, fast=False, iterations=NEWTON_
     `reference_step`: friction is rescaled to slow a slide per second as backward Euler at that
     step does (`matched_friction`)."""
     middle = q_n + 0.5 * h * qd_n
-    if not math.isfinite(float(scene.elastic_energy(middle))):
+    if not scene.admissible(middle):
         middle = None
     ctx = StepContext.build(scene, frame, q_n, qd_n, theta * h, fast, damping_at=middle)
     if reference_step:
@@ -155,7 +155,7 @@ def theta_step(scene, frame, q_n, qd_n, h, theta, fast=False, iterations=NEWTON_
     qd_t = (q_t - q_n) / (theta * h)
     for halvings in range(4):
         reach = 1.0 + (1.0 / theta - 1.0) / 2 ** halvings
-        if math.isfinite(float(scene.elastic_energy(q_n + reach * (q_t - q_n)))):
+        if scene.admissible(q_n + reach * (q_t - q_n)):
             break
     else:
         reach = 1.0

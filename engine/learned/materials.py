@@ -295,7 +295,10 @@ class StrainEnergy(nn.Module):
 
         With phi = dpsi/d(a, log J) and S its second derivatives, a = |F|^2 - 3, L = log J:
         dpsi = 2 phi_a F + phi_L cof/J;  d2psi = 2 phi_a I + phi_L/J d2J + (S_LL - phi_L) dL dL^T
-        (+ the correction's S_aa, S_aL terms), d2J linear in F (`DET_HESSIAN`)."""
+        (+ the correction's S_aa, S_aL terms), d2J linear in F (`DET_HESSIAN`). Without the
+        correction phi_a = mu/2 and S_LL = lambda for every sample: kept as scalars (the step
+        evaluates this a few times per frame, and at a few hundred samples each tensor operation
+        costs more in overhead than in arithmetic)."""
         s = self.log_scales(feats)
         mu_s, lam_s = mu * torch.exp(s[0]), lam * torch.exp(s[1])
         F = y.reshape(-1, 3, 3)
@@ -304,9 +307,7 @@ class StrainEnergy(nn.Module):
         logJ = torch.log(J)
         a = (y * y).sum(-1) - 3.0
         psi = 0.5 * mu_s * a - mu_s * logJ + 0.5 * lam_s * logJ ** 2
-        phi_a = 0.5 * mu_s + torch.zeros_like(a)
-        phi_L = lam_s * logJ - mu_s
-        S_LL = lam_s + torch.zeros_like(a)
+        phi_a, phi_L, S_LL = 0.5 * mu_s, lam_s * logJ - mu_s, lam_s
         correction = self.corrected()
         if correction:
             psi_c, g_c, S = self._correction(torch.stack([a, logJ], -1), solid_correction_terms(a, logJ), feats)
@@ -314,17 +315,18 @@ class StrainEnergy(nn.Module):
             phi_a, phi_L = phi_a + mu * g_c[:, 0], phi_L + mu * g_c[:, 1]
             S = mu * S
             S_LL = S_LL + S[:, 1, 1]
-        dL = cof / J[:, None]
-        grad = 2.0 * phi_a[:, None] * y + phi_L[:, None] * dL
+        phi_L_J = phi_L / J
+        grad = (2.0 * phi_a[:, None] if correction else 2.0 * phi_a) * y + phi_L_J[:, None] * cof
         if not need_hess:
             c = self.i2_weight(feats)
             if c is not None:
                 b, db = isochoric_difference_terms(y.detach(), need_hess=False)
                 psi, grad = psi + c * mu_s * b, grad + (c * mu_s) * db
             return psi, grad, None
+        dL = cof / J[:, None]
         d2J = (y @ DET_HESSIAN.to(y)).reshape(-1, 9, 9)
-        hess = (phi_L / J)[:, None, None] * d2J + (S_LL - phi_L)[:, None, None] * _outer(dL, dL)
-        hess = hess + torch.diag_embed((2.0 * phi_a)[:, None].expand(-1, 9))
+        hess = phi_L_J[:, None, None] * d2J + (S_LL - phi_L)[:, None, None] * _outer(dL, dL)
+        hess = hess + (2.0 * phi_a[:, None, None] if correction else 2.0 * phi_a) * torch.eye(9, dtype=y.dtype, device=y.device)
         if correction:
             da = 2.0 * y
             hess = hess + S[:, 0, 0, None, None] * _outer(da, da) + S[:, 0, 1, None, None] * (_outer(da, dL) + _outer(dL, da))

@@ -86,11 +86,12 @@ class NeurokRun(Run):
 
     retry_window = GUARD_FULL_CHECK_EVERY
 
-    def __init__(self, model, setup: Setup, device="cpu", integrator="matched", meta=None):
+    def __init__(self, model, setup: Setup, device="cpu", integrator="matched", meta=None, subspace=None):
+        """`subspace`: this one instead of the mesh's cached one (`LatentScene`)."""
         super().__init__(setup)
         t0 = time.perf_counter()
         with torch.no_grad(), single_threaded():   # one thread here too: the fit's many mid-sized
-            self.scene = LatentScene(model, setup, device=device)   # products ran 9x slower on 2 busy cores
+            self.scene = LatentScene(model, setup, subspace=subspace, device=device)   # products ran 9x slower on 2 busy cores
         if integrator not in SCHEMES:
             raise ValueError(f"unknown integrator '{integrator}' ({', '.join(SCHEMES)})")
         self.model, self.integrator = model, integrator
