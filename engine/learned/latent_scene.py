@@ -22,6 +22,22 @@ def _t(a, device="cpu"):
     return torch.as_tensor(np.asarray(a), dtype=DTYPE, device=device)
 
 
+def scalar_map(G, kind: str):
+    """The samples' scalar local map g [K,r,d/3] if G [K,m,d] applies it to each displacement
+    component alone (the component-major basis of `subspace.mass_orthonormal_transform`): a
+    solid's rows are vec F, (i,j) with i the component; a sheet's are its edges, (e,i). Else None."""
+    K, m, d = G.shape
+    if d % 3 or m % 3:
+        return None
+    k = d // 3
+    rows = np.arange(m).reshape(3, -1) if kind == "solid" else np.arange(m).reshape(-1, 3).T
+    g = G[:, rows[0], :k]
+    whole = np.zeros_like(G)
+    for i in range(3):
+        whole[:, rows[i], i * k:(i + 1) * k] = g
+    return np.ascontiguousarray(g) if np.allclose(whole, G, rtol=0.0, atol=1e-12 * max(float(np.abs(G).max()), 1e-300)) else None
+
+
 class LatentScene:
     """Everything one simulation needs in latent form."""
 
@@ -91,6 +107,9 @@ class LatentScene:
         self.G = _t(G, self.device)
         self.G_flat = self.G.view(-1, self.G.shape[-1])
         self._G32 = None
+        scalar = scalar_map(G, self.kind)
+        self._g = None if scalar is None else _t(scalar, self.device)     # [K,r,d/3]
+        self._g32 = None
         self.offset = _t(offset, self.device)
         self.weights = _t(weights, self.device)
 
@@ -111,7 +130,24 @@ class LatentScene:
 
     def local(self, q):
         """Local coordinates of every cubature sample (vec F, or a triangle's two edges) at q."""
-        return self.offset + (self.G_flat @ q).view(self.offset.shape)
+        return self.offset + self.to_samples(q)
+
+    def to_samples(self, v):
+        """G v [K,m] for v [d]: through the scalar map g where there is one (it is a ninth of G's
+        size, and G v is bound by reading G: a 10k sheet's G is 2 MB)."""
+        if self._g is None:
+            return (self.G_flat @ v).view(self.offset.shape)
+        K, r, k = self._g.shape
+        y = (self._g.view(K * r, k) @ v.view(3, k).T).view(K, r, 3)               # [k, j, i]
+        return (y.transpose(1, 2) if self.kind == "solid" else y).reshape(K, 3 * r)
+
+    def from_samples(self, f):
+        """G^T f [d] for per-sample vectors f [K,m] (the transpose of `to_samples`)."""
+        if self._g is None:
+            return f.reshape(-1) @ self.G_flat
+        K, r, k = self._g.shape
+        f = f.view(K, 3, r).transpose(1, 2) if self.kind == "solid" else f.view(K, r, 3)   # [k, j, i]
+        return (self._g.view(K * r, k).T @ f.reshape(K * r, 3)).T.reshape(-1)
 
     def elastic(self, q, need_hess=True, project=True, fast=False, extra=None):
         """(energy, gradient, Hessian) of w0^2 sum_k c_k psi(F_k(q)) (+ reduced bending for cloth).
@@ -122,16 +158,17 @@ class LatentScene:
         psi, dpsi, h_local = self.density_terms(self.local(q), need_hess, project)
         c = self.w0sq * self.weights
         energy = torch.dot(c, psi)
-        g = (c[:, None] * dpsi).view(-1) @ self.G_flat
+        g = self.from_samples(c[:, None] * dpsi)
         H = None
         if need_hess:
             h_local = h_local * c[:, None, None]
             H = self._assemble(h_local if extra is None else h_local + extra, fast)
-        Kb = self.bending_stiffness()
-        if Kb is not None:
-            energy = energy + 0.5 * q @ Kb @ q
-            g = g + Kb @ q
-            H = None if H is None else H + Kb
+        if self.bending is not None:                 # w0^2 s Q (`bending_stiffness`), scaled after the product
+            s = self.w0sq * self.bending_scale()
+            Qq = self.bending @ q
+            energy = energy + 0.5 * s * torch.dot(q, Qq)
+            g = g + s * Qq
+            H = None if H is None else H + s * self.bending
         return energy, g, H
 
     def sample_hessians(self, q):
@@ -147,11 +184,12 @@ class LatentScene:
 
     def sample_apply(self, blocks, v):
         """sum_k G_k^T b_k G_k v without assembling it: per-sample matrices [K,m,m] times v [d]."""
-        local = (self.G_flat @ v).view(self.offset.shape)
-        return torch.einsum("kij,kj->ki", blocks, local).reshape(-1) @ self.G_flat
+        return self.from_samples(torch.einsum("kij,kj->ki", blocks, self.to_samples(v)))
 
     def _assemble(self, h_local, fast):
         """sum_k G_k^T h_k G_k: the reduced Hessian of per-sample Hessians h_k [K,m,m]."""
+        if self._g is not None:
+            return self._assemble_by_component(h_local, fast)
         if fast:
             if self._G32 is None:
                 self._G32 = self.G.to(torch.float32)
@@ -160,6 +198,23 @@ class LatentScene:
             return (G.view(-1, self.dims).T @ HG.view(-1, self.dims)).to(DTYPE)
         HG = torch.bmm(h_local, self.G)
         return self.G_flat.T @ HG.view(-1, self.dims)
+
+    def _assemble_by_component(self, h_local, fast):
+        """`_assemble` where G_k = g_k for each displacement component (`scalar_map`):
+        H[(i,a),(I,b)] = sum_k sum_jJ g_k[j,a] h_k[(i,j),(I,J)] g_k[J,b], in 3 x 3 blocks of the
+        d/3 scalar functions: a third of the multiplications of the whole G."""
+        g = self._g
+        if fast:
+            if self._g32 is None:
+                self._g32 = g.to(torch.float32)
+            g, h_local = self._g32, h_local.to(torch.float32)
+        K, r, k = g.shape
+        h = h_local.view(K, 3, r, 3, r) if self.kind == "solid" else \
+            h_local.view(K, r, 3, r, 3).permute(0, 2, 1, 4, 3)               # (i, j, I, J): component first
+        t = torch.bmm(h.transpose(1, 2).reshape(K, 9 * r, r), g)             # [K, (j,i,I), b]
+        t = t.view(K * r, 9 * k)                                             # [(k,j), (i,I,b)]
+        H = (g.reshape(K * r, k).T @ t).view(k, 3, 3, k).transpose(0, 1).reshape(3 * k, 3 * k)
+        return H.to(DTYPE)
 
     def elastic_energy(self, q):
         """Energy only (line search): +inf where a sample would invert."""

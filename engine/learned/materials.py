@@ -354,11 +354,14 @@ class StrainEnergy(nn.Module):
         length = torch.linalg.norm(e, dim=-1).clamp(min=1e-12)
         strain = length / rest_lengths - 1.0
         unit = e / length[..., None]
-        de = torch.einsum("kei,eij->kej", unit, S) / rest_lengths[..., None]       # d strain_e / dy  [K,3,6]
         scale = torch.exp(self.log_scales(feats)[0])
         psi = scale * (strain ** 2).sum(-1) / 6.0
-        grad = scale / 3.0 * torch.einsum("ke,kej->kj", strain, de)
+        # d strain_e / dy is +-unit_e / rest_e in the slots of the edge's ends (edge 2 = y[3:] - y[:3])
+        pull = ((scale / 3.0) * strain / rest_lengths)[..., None] * unit
+        grad = torch.cat([pull[:, 0] - pull[:, 2], pull[:, 1] + pull[:, 2]], -1)
         correction = self.corrected()
+        if correction or need_hess:
+            de = torch.einsum("kei,eij->kej", unit, S) / rest_lengths[..., None]   # d strain_e / dy  [K,3,6]
         if correction:
             s1, s2 = strain.sum(-1), (strain ** 2).sum(-1)
             psi_c, g_c, S_c = self._correction(torch.stack([s1, s2], -1), cloth_correction_terms(s1, s2), feats)

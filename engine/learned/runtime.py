@@ -63,16 +63,16 @@ def substeps_for(dt: float, longest: float = SUBSTEP) -> int:
 def handle_blend(sub):
     """A sheet's vertices are its nodes, so its basis has vertices x 3 x coordinates entries (a
     10k-vertex sheet: 32 MB, read again every frame). Blending the handles' affine maps reads
-    4 numbers per vertex and handle instead: x = rest + sum_h w_h (A_h Xc + b_h) = rest +
-    [w_h (Xc, 1)] [A_h^T; b_h^T] (`subspace.handle_jacobian`). Returns (that table [N,4H] in
-    metres, float32; the handles' coordinates of q, T [12H,d]), or None for solids, whose
-    vertices already decode through their few lattice nodes."""
+    one weight per vertex and handle instead: x = rest + sum_h w_h (A_h Xc + b_h)
+    (`subspace.handle_jacobian`), computed as P = w [A_h^T; b_h^T] (the blended maps [N,4,3]),
+    then x = rest + (Xc, 1) P. Returns (w [N,H] in metres, float32; (Xc, 1) as four columns
+    [4,N,1]; the handles' coordinates of q, T [12H,d]), or None for solids, whose vertices
+    already decode through their few lattice nodes."""
     if sub.kind != "cloth" or sub.handle_transform is None:
         return None
     xc = sub.nodes - sub.centre
-    y = np.concatenate([xc, np.ones((len(xc), 1))], axis=1)                        # [N,4]
-    table = (sub.norm.scale * sub.weights[:, :, None] * y[:, None, :]).reshape(len(xc), -1)
-    return table.astype(np.float32), sub.handle_transform
+    y = np.concatenate([xc, np.ones((len(xc), 1))], axis=1).T[:, :, None]            # [4,N,1]
+    return (sub.norm.scale * sub.weights).astype(np.float32), y.astype(np.float32), sub.handle_transform
 
 
 MAX_RETRY_SPLITS = 3      # a rejected step is retried with 2, 4, 8 substeps
@@ -164,10 +164,14 @@ class NeurokRun(Run):
     def decode(self, q) -> np.ndarray:
         """Vertex positions (metres, float32) of latent q."""
         if self._blend is not None:
-            table, transform = self._blend
+            weights, y, transform = self._blend
             z = (transform @ q.detach().cpu().numpy()).reshape(-1, 12)        # each handle's A (row-major), b
             maps = np.concatenate([z[:, :9].reshape(-1, 3, 3).transpose(0, 2, 1), z[:, None, 9:]], axis=1)
-            return self._rest_m + table @ maps.reshape(-1, 3).astype(np.float32)
+            P = (weights @ maps.reshape(-1, 12).astype(np.float32)).reshape(-1, 4, 3)   # [N,4,3]
+            x = self._rest_m + P[:, 3]
+            for c in range(3):
+                x += y[c] * P[:, c]
+            return x
         qn = q.detach().cpu().numpy().astype(np.float32)
         return self._rest_m + self._W @ (self._node_basis_m @ qn).reshape(-1, 3)
 

@@ -324,16 +324,35 @@ def handle_jacobian(points, centre, weights):
     return joined.reshape(P, 3, 12 * H)
 
 
+def component_columns(handles: int, component: int) -> np.ndarray:
+    """The handle coordinates (`handle_jacobian`'s order: A_h row-major, then b_h) that move one
+    displacement component: row `component` of each A_h and that entry of b_h."""
+    return np.array([12 * h + c for h in range(handles) for c in (3 * component, 3 * component + 1,
+                                                                   3 * component + 2, 9 + component)])
+
+
 def mass_orthonormal_transform(J, mass, drop=1e-9) -> np.ndarray:
-    """T [k,d] such that the columns of J T span the same displacements as J [n,3,k], with
+    """T [12H,d] such that the columns of J T span the same displacements as J [n,3,12H], with
     (J T)^T diag(m) (J T) = I; directions the nodes cannot feel (e.g. stretching across a flat
-    sheet) are dropped. T q are the handles' own coordinates of q."""
-    flat = J.reshape(-1, J.shape[2])
-    mw = np.repeat(mass, 3)
-    G = flat.T @ (mw[:, None] * flat)
+    sheet) are dropped. T q are the handles' own coordinates of q.
+
+    Row i of A_h and b_h[i] move the component x_i alone, with the same scalar functions
+    w_h (Xc, 1) for each i, so the mass Gram is I3 (x) G_s. T is made from G_s alone and laid out
+    component-major, q = (q_x, q_y, q_z): every displacement component, and so every sample's
+    local map, uses the same d/3 scalar functions (`LatentScene` assembles Hessians in 3 x 3
+    blocks of those, a third of the work), and the basis does not depend on how LAPACK splits a
+    threefold eigenvalue (it did: two threads gave another rotation of the same space)."""
+    handles = J.shape[2] // 12
+    scalar = J[:, 0, component_columns(handles, 0)]                  # [n,4H]: w_h(X) (Xc, 1)
+    G = scalar.T @ (mass[:, None] * scalar)
     vals, vecs = np.linalg.eigh(G)
     keep = vals > drop * vals.max()
-    return vecs[:, keep] / np.sqrt(vals[keep])
+    Ts = vecs[:, keep] / np.sqrt(vals[keep])
+    k = Ts.shape[1]
+    T = np.zeros((J.shape[2], 3 * k))
+    for i in range(3):
+        T[component_columns(handles, i), i * k:(i + 1) * k] = Ts
+    return T
 
 
 def bending_matrix(x, faces) -> sp.csr_matrix:
