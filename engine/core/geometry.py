@@ -91,7 +91,9 @@ def mesh_volume(x, faces, corners=None):
     `face_columns` if the caller keeps them."""
     corners = face_columns(faces) if corners is None else corners
     xt = np.ascontiguousarray(np.asarray(x, np.float64).T)
-    return float(np.einsum("ij,ij->", np.take(xt, corners[0], axis=1), face_cross(x, corners, xt))) / 6.0
+    p0, p1, p2 = (np.take(xt, c, axis=1) for c in corners)      # sum of p0 . (p1 x p2) / 6
+    return float(np.dot(p0[0], p1[1] * p2[2] - p1[2] * p2[1]) + np.dot(p0[1], p1[2] * p2[0] - p1[0] * p2[2])
+                 + np.dot(p0[2], p1[0] * p2[1] - p1[1] * p2[0])) / 6.0
 
 
 def vertex_mass_fractions(rest, faces, vertex_mass=None):
