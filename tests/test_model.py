@@ -536,6 +536,14 @@ def test_stiffness_damping_lets_a_spinning_body_spin_as_the_reference_does(model
     assert 0.35 * reference < learned < 1.5 * reference, (learned, reference)
 
 
+def test_the_run_time_damps_as_the_training_data_does():
+    """The matched step damps as backward Euler at the step the training data was made with; the
+    learned engine may not import training (layers), so the two constants are checked here."""
+    from engine.learned.runtime import DATA_STEP
+    from engine.training.generate import GENERATOR_SUBSTEP
+    assert DATA_STEP == GENERATOR_SUBSTEP
+
+
 def test_substeps_per_frame_ignore_the_rounding_of_the_frame_time():
     from engine.learned.runtime import substeps_for
     assert substeps_for(1.0 / 24.0) == 2 and substeps_for(0.041667) == 2     # a frame time written to 6 digits
