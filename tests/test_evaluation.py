@@ -122,7 +122,10 @@ def test_eval_json_schema(tiny, capsys):
     assert r["noise_floor"]["available"] in (True, False)
     if r["energy_drift"]:
         assert set(r["energy_drift"]) == {"backward_euler", "implicit_midpoint"}
-        assert all(v >= 0 for v in r["energy_drift"].values())
+        # backward Euler only loses energy; the implicit midpoint of a model trained for 8 steps
+        # may blow up, which the JSON writes as null (a blown-up drift is infinite)
+        assert r["energy_drift"]["backward_euler"] >= 0
+        assert r["energy_drift"]["implicit_midpoint"] is None or r["energy_drift"]["implicit_midpoint"] >= 0
     assert r["families"] and r["scenarios"] and len(r["per_sequence"]) == 4
     if "latent_mlp" in r["baselines"]:
         assert (root / "eval.latent_mlp.pt").is_file()

@@ -340,8 +340,9 @@ def mass_orthonormal_transform(J, mass, drop=1e-9) -> np.ndarray:
     w_h (Xc, 1) for each i, so the mass Gram is I3 (x) G_s. T is made from G_s alone and laid out
     component-major, q = (q_x, q_y, q_z): every displacement component, and so every sample's
     local map, uses the same d/3 scalar functions (`LatentScene` assembles Hessians in 3 x 3
-    blocks of those, a third of the work), and the basis does not depend on how LAPACK splits a
-    threefold eigenvalue (it did: two threads gave another rotation of the same space)."""
+    blocks of those, a third of the work), and the basis no longer depends on how LAPACK splits the
+    threefold eigenvalue this makes (two threads gave another rotation of the same space; a
+    symmetric shape's own repeated eigenvalues still can be split either way)."""
     handles = J.shape[2] // 12
     scalar = J[:, 0, component_columns(handles, 0)]                  # [n,4H]: w_h(X) (Xc, 1)
     G = scalar.T @ (mass[:, None] * scalar)
