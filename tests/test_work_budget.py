@@ -121,9 +121,9 @@ def test_cancel_between_substeps_stops_inside_the_frame():
 
 def test_cancel_mid_newton_stops_within_a_second():
     """The grinding case without its budget: a cancel from another thread (Esc in Blender) stops
-    the first substep mid-frame, within about a second: the cancel is seen at every energy
-    evaluation, and the longest piece between two is one sparse solve of this push's Newton
-    system (0.95 s alone, 1.22 s during a parallel test run on a slow hour, 2026-12-04)."""
+    the first substep mid-frame, within a second: the cancel is seen at every energy evaluation,
+    every conjugate-gradient iteration and every chunk of self-contact pairs (the longest piece
+    between two checks took 1.6 s while the pairs' reach was one piece; 0.2 s now, 2026-12-04)."""
     setup = pushed(ISSUE_PUSH)
     run = ReferenceRun(setup, budget=None)
     cancel, stopped = threading.Event(), {}
@@ -136,4 +136,4 @@ def test_cancel_mid_newton_stops_within_a_second():
         timer.cancel()
     delay = time.perf_counter() - stopped["set"]
     print(f"cancel took effect after {delay * 1000:.0f} ms: {info.value}")
-    assert delay < 1.5 and "frame 1" in str(info.value)
+    assert delay < 1.0 and "frame 1" in str(info.value)

@@ -241,6 +241,17 @@ class LatticeSelfContact:
                           shape=(n3, n3))
         return float(e.sum()), grad, H
 
+    def _reach(self, dy, nodes, is_pt):
+        """How much each pair's distance can change under the node motion dy: at most the largest
+        motion of its corners relative to one of them (edge-edge: of each edge's far end, plus of
+        the other edge's ends). By chunks, like `distance`, so a cancel is seen between them."""
+        if self.between_chunks is not None:
+            self.between_chunks()
+        move = dy[nodes]
+        return np.where(is_pt, np.linalg.norm(move[:, 1:] - move[:, :1], axis=2).max(axis=1),
+                        np.linalg.norm(move[:, 1:2] - move[:, :1], axis=2)[:, 0]
+                        + np.linalg.norm(move[:, 2:] - move[:, :1], axis=2).max(axis=1))
+
     def safe_fraction(self, y, step):
         """Largest share (<= 1) of the node step `step` [3n] that brings no pair closer by more
         than KEEP of its gap (or of d_hat, whichever is less)."""
@@ -253,12 +264,8 @@ class LatticeSelfContact:
             self._along = (y.copy(), dy.copy(), (nodes, is_pt))
             return 1.0
         d, _ = self.distance(y, nodes, is_pt)
-        move = dy[nodes]
-        # a distance changes at most by the largest motion of the pair's corners relative to one
-        # of them (edge-edge: of each edge's far end, plus of the other edge's ends)
-        rel = np.where(is_pt, np.linalg.norm(move[:, 1:] - move[:, :1], axis=2).max(axis=1),
-                       np.linalg.norm(move[:, 1:2] - move[:, :1], axis=2)[:, 0]
-                       + np.linalg.norm(move[:, 2:] - move[:, :1], axis=2).max(axis=1))
+        rel = np.concatenate([self._reach(dy, nodes[k:k + CHUNK], is_pt[k:k + CHUNK])
+                              for k in range(0, len(nodes), CHUNK)])
         reachable = d - rel < self.d_hat
         self._along = (y.copy(), dy.copy(), (nodes[reachable], is_pt[reachable]))
         risky = reachable & (rel > 0)

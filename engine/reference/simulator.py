@@ -308,13 +308,16 @@ class ReferenceSimulator:
     def _solve(self, H, rhs):
         """Jacobi-preconditioned conjugate gradients; H is SPD and dominated by M/h^2, so it
         converges in tens of iterations. A direct solve is the fallback."""
+        self._check_cancel()
         if self.direct_solve:
             return spla.spsolve(H.tocsc(), rhs, permc_spec="MMD_AT_PLUS_A")
         H = H.tocsr()
         inv_diag = 1.0 / H.diagonal()
         precond = spla.LinearOperator(H.shape, matvec=lambda r: inv_diag * r)
-        x, info = spla.cg(H, rhs, rtol=1e-8, maxiter=400, M=precond)
+        # a cancel is seen at every iteration too: one solve of a hard push took about a second
+        x, info = spla.cg(H, rhs, rtol=1e-8, maxiter=400, M=precond, callback=lambda xk: self._check_cancel())
         if info != 0:
+            self._check_cancel()
             x = spla.spsolve(H.tocsc(), rhs, permc_spec="MMD_AT_PLUS_A")
         return x
 
