@@ -316,7 +316,7 @@ class StrainEnergy(nn.Module):
             S = mu * S
             S_LL = S_LL + S[:, 1, 1]
         phi_L_J = phi_L / J
-        grad = (2.0 * phi_a[:, None] if correction else 2.0 * phi_a) * y + phi_L_J[:, None] * cof
+        grad = (2.0 * phi_a)[..., None] * y + phi_L_J[:, None] * cof          # phi_a: a scalar or [K]
         if not need_hess:
             c = self.i2_weight(feats)
             if c is not None:
@@ -326,7 +326,7 @@ class StrainEnergy(nn.Module):
         dL = cof / J[:, None]
         d2J = (y @ DET_HESSIAN.to(y)).reshape(-1, 9, 9)
         hess = phi_L_J[:, None, None] * d2J + (S_LL - phi_L)[:, None, None] * _outer(dL, dL)
-        hess = hess + (2.0 * phi_a[:, None, None] if correction else 2.0 * phi_a) * torch.eye(9, dtype=y.dtype, device=y.device)
+        hess = hess + (2.0 * phi_a)[..., None, None] * torch.eye(9, dtype=y.dtype, device=y.device)
         if correction:
             da = 2.0 * y
             hess = hess + S[:, 0, 0, None, None] * _outer(da, da) + S[:, 0, 1, None, None] * (_outer(da, dL) + _outer(dL, da))
