@@ -152,3 +152,25 @@ def test_equal_and_opposite_pushes_leave_the_centre_of_mass(engine):
     assert np.linalg.norm(centre - centre[0], axis=1).max() < 1e-3
     vertices = x.mean(axis=1)                                            # what a viewer sees
     assert np.linalg.norm(vertices - vertices[0], axis=1).max() < 1e-3
+
+
+def test_the_reach_of_a_subspace_is_exact_for_its_own_motions_and_not_for_others():
+    """`tools/subspace_reach.py` (the floor under any dynamics in a subspace, docs/MODEL_CARD.md):
+    a rigid turn and a handle's own affine motion are reached exactly; a bump one vertex wide is not."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("subspace_reach", Path(__file__).parents[1] / "tools" / "subspace_reach.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    mesh = uv_sphere(0.2)
+    rest = np.asarray(mesh.vertices, np.float64)
+    c, s = np.cos(0.4), np.sin(0.4)
+    turned = rest @ np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]]).T + [0.05, 0.0, 0.02]
+    squashed = rest * [1.1, 1.1, 0.8]
+    bump = rest.copy()
+    bump[0] += [0.0, 0.0, 0.05]
+    frames = np.stack([rest, turned, squashed, bump])
+    near = tool.reach(frames, mesh.faces, "solid", 8, 8)
+    off = np.linalg.norm(near - frames, axis=-1).max(axis=-1)
+    assert off[1] < 1e-9 and off[2] < 1e-9
+    assert 0.01 < off[3] < 0.05

@@ -1,0 +1,92 @@
+"""A sheet's distance and stretch against how exactly its membrane energy is integrated.
+
+    OMP_NUM_THREADS=1 .venv/bin/python tools/sheet_integration.py [--scenes eval_out/small/scenes]
+        [--only flag_wind,grid] [--details medium,high]
+
+For the sheets `make eval-small` kept (their reference frames in `eval_out/small/scenes`), the
+learned engine at each detail with three integrations of its membrane energy: the fitted
+cubature as shipped (`subspace.fitted_cubature`: at most max(200, coordinates / 2) triangles),
+as many triangles as coordinates, and every triangle (full integration). Prints the cubature's
+held-out force error, rel_l2 over the whole rollout (x hold-still), the mean edge strain over the
+reference's, and ms per frame (timed beside whatever else runs).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def edge_strain(frames, faces) -> float:
+    edges = np.unique(np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1), axis=0)
+    rest = np.linalg.norm(frames[0, edges[:, 0]] - frames[0, edges[:, 1]], axis=1)
+    length = np.linalg.norm(frames[:, edges[:, 0]] - frames[:, edges[:, 1]], axis=2)
+    return float(np.abs(length / rest - 1)[1:].mean())
+
+
+def main(argv=None) -> int:
+    import torch
+    import engine.learned.subspace as subspace
+    from engine.api import open_engine
+    from engine.core.scene import setup_from_scene
+    from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
+    from engine.evaluation.scenes import evaluation_scenes
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenes", default="eval_out/small/scenes")
+    p.add_argument("--only", default="flag_wind,grid")
+    p.add_argument("--details", default="medium,high")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    shipped = subspace.fitted_cubature
+
+    def with_samples(per_coordinate):
+        def fit(kind, node_basis, nodes, node_mass, elements, full_weights, cell_size, samples, full=False):
+            if per_coordinate is None:
+                return shipped(kind, node_basis, nodes, node_mass, elements, full_weights, cell_size, samples, True)
+            wanted = max(samples, int(per_coordinate * node_basis.shape[2]))
+            return shipped(kind, node_basis, nodes, node_mass, elements, full_weights, cell_size, wanted, full)
+        return fit
+
+    integrations = {"fitted (shipped)": shipped, "samples = coordinates": with_samples(1.0),
+                    "every triangle": with_samples(None)}
+    engine = open_engine("neurok", model=None, device="cpu")
+    cases, notes = evaluation_scenes(args.only.split(","), 36, Path(args.scenes).parent / "meshes")
+    for name, _, mesh, scene, _ in cases:
+        path = Path(args.scenes) / f"{name}.npz"
+        if not path.exists():
+            print(f"{name}: no {path} (run make eval-small first)")
+            continue
+        true = np.load(path)["reference"].astype(np.float64)
+        diag = bbox_diagonal(true[0])
+        still = rel_l2_curve(np.repeat(true[:1], len(true), 0), true, diag)[1:].mean()
+        strain = edge_strain(true, mesh.faces)
+        for detail in args.details.split(","):
+            for label, fit in integrations.items():
+                subspace.fitted_cubature = fit
+                subspace._SUBSPACES._items.clear()       # each integration prepares its own subspace
+                try:
+                    run = engine.prepare(setup_from_scene(mesh, dict(copy.deepcopy(scene), detail=detail)))
+                    t = time.perf_counter()
+                    x = run.bake()
+                    ms = 1000 * (time.perf_counter() - t) / len(x)
+                finally:
+                    subspace.fitted_cubature = shipped
+                sub = run.scene.sub
+                d = rel_l2_curve(x, true, diag)[1:].mean()
+                print(f"{name} {detail} ({sub.weights.shape[1]} handles, {sub.dims} coordinates) | {label}: "
+                      f"{len(run.scene.weights)} triangles, force error {sub.cubature_error:.3f} | rel_l2 {d:.4f} "
+                      f"({d / still:.2f}x hold-still) | strain {edge_strain(x, mesh.faces) / strain:.2f}x the reference's "
+                      f"| {ms:.0f} ms/frame", flush=True)
+    for n in notes:
+        print(n)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

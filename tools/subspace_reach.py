@@ -1,0 +1,83 @@
+"""How close the model's state space can come to the reference, beside how close its dynamics come.
+
+    .venv/bin/python tools/subspace_reach.py [--scenes eval_out/small/scenes] [--handles 8,16,24] [--only torus,flag_wind]
+
+For each evaluation scene `make eval-small` kept (`eval_out/small/scenes/NAME.npz`: the
+reference's frames, the model's and the oracle's), the **reach** of a skinning subspace: the
+closest its coordinates come to each reference frame (least squares over the vertices), scored
+like the model (rel_l2 = mean vertex distance / rest bounding-box diagonal, frames 1..T-1, and
+over hold-still). It is a floor no dynamics in that subspace can go under. Printed at the
+model's own handle count (`subspace.resolution`, medium detail) and at each of `--handles`.
+
+Read it as: reach far below the model and the oracle (the physics-exact reduced model with as
+many handles) -> the subspace can show the motion and the reduced dynamics miss it (Galerkin
+projection of the full physics is not the projection of its motion); reach near them -> the
+subspace is the limit, and more handles (or other weights) are what would help.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SHEETS = ("flag_wind", "grid")
+
+
+def rel_l2(pred, true, diag) -> float:
+    return float((np.linalg.norm(pred - true, axis=-1).mean(axis=-1) / diag)[1:].mean())
+
+
+def reach(frames, faces, kind, handles, lattice_cells) -> np.ndarray:
+    """The frames' nearest states in the subspace of `handles` eigenfunction handles [T,N,3]."""
+    from engine.learned.subspace import build_subspace
+    rest = frames[0]
+    sub = build_subspace(rest, faces, kind, handles, lattice_cells, samples=1, contact_samples=1,
+                         full_integration=True)       # the cubature plays no part in the basis
+    B = sub.vertex_basis.reshape(-1, sub.dims)
+    U = ((frames - rest) / sub.norm.scale).reshape(len(frames), -1).T
+    q, *_ = np.linalg.lstsq(B, U, rcond=None)
+    return rest + (B @ q).T.reshape(frames.shape) * sub.norm.scale
+
+
+def main(argv=None) -> int:
+    from engine.learned.model import ModelConfig
+    from engine.learned.subspace import resolution
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenes", default="eval_out/small/scenes", help="folder of NAME.npz from make eval-small")
+    p.add_argument("--handles", default="8,16,24", help="handle counts to measure besides the model's own")
+    p.add_argument("--only", default=None, help="comma-separated scene names (default: every file)")
+    args = p.parse_args(argv)
+    files = sorted(Path(args.scenes).glob("*.npz"))
+    if args.only:
+        files = [f for f in files if f.stem in args.only.split(",")]
+    if not files:
+        print(f"no scenes in {args.scenes}: run make eval-small first", file=sys.stderr)
+        return 1
+    cfg = ModelConfig()
+    counts = [int(h) for h in args.handles.split(",") if h]
+    print("scene | handles (model's) | model | oracle | reach at the model's handles | reach at " +
+          " / ".join(map(str, counts)) + " handles  (x hold-still)")
+    for f in files:
+        d = np.load(f)
+        true = d["reference"].astype(np.float64)
+        faces = d["faces"]
+        kind = "cloth" if f.stem in SHEETS else "solid"
+        diag = float(np.linalg.norm(np.ptp(true[0], axis=0)))
+        still = rel_l2(np.repeat(true[:1], len(true), 0), true, diag)
+        own = resolution(true[0], faces, kind, cfg.handles, cfg.lattice_cells)
+        row = [rel_l2(d["neurok"].astype(np.float64), true, diag), rel_l2(d["oracle"].astype(np.float64), true, diag),
+               rel_l2(reach(true, faces, kind, own.handles, own.lattice_cells), true, diag)]
+        row += [rel_l2(reach(true, faces, kind, h, max(own.lattice_cells, int(np.ceil(2.5 * np.sqrt(h))))), true, diag)
+                for h in counts]
+        cells = " | ".join(f"{v:.4f} ({v / still:.2f}x)" for v in row[:3]) + " | " + \
+            " / ".join(f"{v / still:.2f}x" for v in row[3:])
+        print(f"{f.stem} | {own.handles} | {cells}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
