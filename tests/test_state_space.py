@@ -173,4 +173,4 @@ def test_the_reach_of_a_subspace_is_exact_for_its_own_motions_and_not_for_others
     near = tool.reach(frames, mesh.faces, "solid", 8, 8)
     off = np.linalg.norm(near - frames, axis=-1).max(axis=-1)
     assert off[1] < 1e-9 and off[2] < 1e-9
-    assert 0.01 < off[3] < 0.05
+    assert 0.02 < off[3] <= 0.05 + 1e-9      # most of the bump is out of reach (and never more than all of it)
