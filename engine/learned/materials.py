@@ -117,29 +117,57 @@ def _matrix(aa, ab, bb):
     return torch.stack([torch.stack([aa, ab], -1), torch.stack([ab, bb], -1)], -2)
 
 
+def _saturated_square(u):
+    """u^2 / (2 (1 + u)) for u >= 0, with its first and second derivatives: u^2/2 near zero,
+    growing like u/2 far out (so a negative weight of at most 1/2 never outgrows u/2)."""
+    r = 1.0 / (1.0 + u)
+    return 0.5 * u * u * r, 0.5 * u * (u + 2.0) * r * r, r ** 3
+
+
+def _saturated_quartic(L):
+    """L^4 / (4 (1 + L^2)) with its derivatives: L^4/4 near zero, L^2/4 far out."""
+    L2 = L * L
+    r = 1.0 / (1.0 + L2)
+    return 0.25 * L2 * L2 * r, 0.5 * L * L2 * (2.0 + L2) * r * r, 0.5 * L2 * (6.0 + 3.0 * L2 + L2 * L2) * r ** 3
+
+
 def solid_correction_terms(a, L):
     """The solid correction's terms of (a = |F|^2 - 3, L = log J), with their gradients and
-    Hessians in (a, L): abar^2/2 (abar = J^(-2/3)|F|^2 - 3 >= 0, the isochoric shear measure: large
-    shear) and L^4/4 (large volume change). phi [K,2], dphi [K,2,2] (term, invariant), d2phi [K,2,2,2]."""
+    Hessians in (a, L): a saturated abar^2/2 (abar = J^(-2/3)|F|^2 - 3 >= 0, the isochoric shear
+    measure: large shear) and a saturated L^4/4 (large volume change); phi [K,2], dphi [K,2,2]
+    (term, invariant), d2phi [K,2,2,2]. Both vanish at rest to third or fourth order and grow no
+    faster than the classical terms they sit beside (abar/2, L^2/4), so with weights of at most 1/2
+    the density stays coercive: a correction learned towards softness keeps a minimum for every
+    step to find (with abar^2/2 a weight of -1/2 made the shear energy fall again beyond abar = 1,
+    and the poked jelly's steps had none)."""
     e = torch.exp(-2.0 * L / 3.0)
     abar = e * (a + 3.0) - 3.0
     d_abar = _pair(e, -2.0 / 3.0 * (abar + 3.0))
     d2_abar = _matrix(torch.zeros_like(a), -2.0 / 3.0 * e, 4.0 / 9.0 * (abar + 3.0))
     zero = torch.zeros_like(a)
-    phi = _pair(0.5 * abar ** 2, 0.25 * L ** 4)
-    dphi = torch.stack([abar[:, None] * d_abar, _pair(zero, L ** 3)], 1)
-    d2phi = torch.stack([_outer(d_abar, d_abar) + abar[:, None, None] * d2_abar, _matrix(zero, zero, 3.0 * L ** 2)], 1)
+    shear, shear_1, shear_2 = _saturated_square(abar.clamp(min=0.0))
+    vol, vol_1, vol_2 = _saturated_quartic(L)
+    phi = _pair(shear, vol)
+    dphi = torch.stack([shear_1[:, None] * d_abar, _pair(zero, vol_1)], 1)
+    d2phi = torch.stack([shear_2[:, None, None] * _outer(d_abar, d_abar) + shear_1[:, None, None] * d2_abar,
+                         _matrix(zero, zero, vol_2)], 1)
     return phi, dphi, d2phi
 
 
 def cloth_correction_terms(s1, s2):
     """The cloth correction's terms of (s1 = sum of a triangle's edge strains, s2 = sum of their
-    squares): s2^2/2 (large stretch) and s1 s2 (stretch against compression), as in
-    `solid_correction_terms`."""
-    zero, one = torch.zeros_like(s1), torch.ones_like(s1)
-    phi = _pair(0.5 * s2 ** 2, s1 * s2)
-    dphi = torch.stack([_pair(zero, s2), _pair(s2, s1)], 1)
-    d2phi = torch.stack([_matrix(zero, zero, one), _matrix(zero, one, zero)], 1)
+    squares >= 0), saturated as in `solid_correction_terms`: s2^2 / (2 (1 + s2)) (large stretch)
+    and s1 s2 / (1 + s2)^2 (stretch against compression; |s1| <= sqrt(3 s2), so it grows slower
+    than the membrane's s2)."""
+    zero = torch.zeros_like(s1)
+    stretch, stretch_1, stretch_2 = _saturated_square(s2)
+    r = 1.0 / (1.0 + s2)
+    mixed = s1 * s2 * r * r
+    mixed_2 = s1 * (1.0 - s2) * r ** 3                        # d/ds2 of s2 / (1 + s2)^2, times s1
+    mixed_22 = s1 * (2.0 * s2 - 4.0) * r ** 4                 # its second derivative in s2
+    phi = _pair(stretch, mixed)
+    dphi = torch.stack([_pair(zero, stretch_1), _pair(s2 * r * r, mixed_2)], 1)
+    d2phi = torch.stack([_matrix(zero, zero, stretch_2), _matrix(zero, (1.0 - s2) * r ** 3, mixed_22)], 1)
     return phi, dphi, d2phi
 
 

@@ -1,0 +1,95 @@
+"""What a learned density or a learned material scale could buy at best on the held-out scenes.
+
+    OMP_NUM_THREADS=1 .venv/bin/python tools/learning_headroom.py [--scenes eval_out/small/scenes]
+        [--only torus,jelly_poke,toy_drop] [--correction "-0.3,0;0.3,0"] [--material "damping=0.5;stiffness=0.5"]
+
+The bundled model (its classical prior) on the scenes `make eval-small` keeps, against their
+reference frames, changed one way at a time:
+- `--correction "m1,m2;..."`: the density's correction with constant weights (m1, m2) on its
+  two terms (`materials.solid_correction_terms` / `cloth_correction_terms`), at most
+  +-CORRECTION_BOUND: what a density correction the same everywhere would do. A trained one
+  varies with the invariants and the material, but if no constant weights help, training has
+  little to find there;
+- `--material "key=factor,...;..."`: the scene's material numbers scaled (stiffness, bending,
+  damping, air_damping) in the model only: what a learned material scale would do.
+Prints rel_l2 over the whole rollout and over frames 1..24 (x hold-still) and the mean edge strain
+over the reference's, per scene; a run whose step cannot be solved says so.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def edge_strain(frames, faces) -> float:
+    edges = np.unique(np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1), axis=0)
+    rest = np.linalg.norm(frames[0, edges[:, 0]] - frames[0, edges[:, 1]], axis=1)
+    length = np.linalg.norm(frames[:, edges[:, 0]] - frames[:, edges[:, 1]], axis=2)
+    return float(np.abs(length / rest - 1)[1:].mean())
+
+
+def main(argv=None) -> int:
+    import torch
+    from engine.api import open_engine
+    from engine.core.errors import SimulationFault
+    from engine.core.scene import MATERIAL_PRESETS, setup_from_scene
+    from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
+    from engine.evaluation.scenes import evaluation_scenes
+    from engine.learned.materials import CORRECTION_BOUND
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenes", default="eval_out/small/scenes")
+    p.add_argument("--only", default="toy_drop,jelly_poke,flag_wind,torus,grid")
+    p.add_argument("--correction", default="", help='constant weights "m1,m2;m1,m2"')
+    p.add_argument("--material", default="", help='model-only material factors "key=f,key=f;key=f"')
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    engine = open_engine("neurok", model=None, device="cpu")
+    last = engine.model.energy.correction[-1]
+    variants = [("prior", None, {})]
+    variants += [(f"correction {c}", [float(v) for v in c.split(",")], {}) for c in args.correction.split(";") if c]
+    variants += [(f"material {m}", None, dict((kv.split("=")[0], float(kv.split("=")[1])) for kv in m.split(",")))
+                 for m in args.material.split(";") if m]
+    cases, notes = evaluation_scenes(args.only.split(","), 36, Path(args.scenes).parent / "meshes")
+    for name, _, mesh, scene, _ in cases:
+        path = Path(args.scenes) / f"{name}.npz"
+        if not path.exists():
+            print(f"{name}: no {path} (run make eval-small first)")
+            continue
+        true = np.load(path)["reference"].astype(np.float64)
+        diag = bbox_diagonal(true[0])
+        still = rel_l2_curve(np.repeat(true[:1], len(true), 0), true, diag)
+        strain = edge_strain(true, mesh.faces)
+        material = dict(MATERIAL_PRESETS.get(scene["material"].get("preset"), {}),
+                        **{k: v for k, v in scene["material"].items() if k != "preset"})
+        for label, weights, factors in variants:
+            with torch.no_grad():
+                last.weight.zero_()
+                last.bias.copy_(torch.tensor([math.atanh(w / CORRECTION_BOUND) for w in (weights or (0.0, 0.0))],
+                                             dtype=last.bias.dtype))
+            if factors and not all(k in material for k in factors):
+                continue                         # e.g. bending on a solid
+            changed = copy.deepcopy(scene)
+            changed["material"] = dict(changed["material"], **{k: material[k] * f for k, f in factors.items()})
+            try:
+                x = engine.prepare(setup_from_scene(mesh, changed)).bake()
+            except SimulationFault as e:
+                print(f"{name} | {label} | no step solved from frame {e.frame}")
+                continue
+            c = rel_l2_curve(x, true, diag)
+            print(f"{name} | {label} | rel_l2 {c[1:].mean():.4f} ({c[1:].mean() / still[1:].mean():.3f}x hold-still), "
+                  f"1..24 {c[1:25].mean() / still[1:25].mean():.3f}x | strain {edge_strain(x, mesh.faces) / strain:.2f}x",
+                  flush=True)
+    for n in notes:
+        print(n)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
