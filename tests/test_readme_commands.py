@@ -54,15 +54,15 @@ CHECKS = {
         ("run", "-m engine simulate --replay {seq} --engine reference --out {tmp}/again.npz"),
     "neurok simulate --replay SEQ.npz --engine reference --lattice-cells 12 --out converged.npz":
         ("run", "-m engine simulate --replay {seq} --engine reference --lattice-cells 3 --out {tmp}/converged.npz"),
-    "neurok generate --out data/train_ref5 --sequences 40 --seed 1 [--shard I/N] [--workers 2]":
-        ("parse", "generate --out data/train_ref5 --sequences 40 --seed 1 --shard 0/2 --workers 2"),
+    "neurok generate --out data/train_l8 --sequences 120 --seed 1 --frames 32 --lattice 8 [--shard I/N] [--workers 2]":
+        ("parse", "generate --out data/train_l8 --sequences 120 --seed 1 --frames 32 --lattice 8 --shard 0/2 --workers 2"),
     "neurok generate --workers 2": ("parse", "generate --out d --sequences 1 --workers 2"),
     "neurok generate --out data/rubber_mr --sequences 30 --seed 7 --frames 32 --law mooney_rivlin --i2-share 0.7":
         ("parse", "generate --out data/rubber_mr --sequences 30 --seed 7 --frames 32 --law mooney_rivlin --i2-share 0.7"),
     "neurok train --data data/blender_cloth --init assets/neurok_default.ckpt --out my.ckpt --material blender_cloth --minutes 10":
         ("parse", "train --data data/blender_cloth --init assets/neurok_default.ckpt --out my.ckpt --material blender_cloth --minutes 10"),
     "make presets": ("make", "presets"),
-    "neurok train --data data/train_ref5 --out my.ckpt [--init assets/neurok_default.ckpt] --minutes 25":
+    "neurok train --data data/train_l8 --out my.ckpt [--init assets/neurok_default.ckpt] --minutes 25":
         ("run", "-m engine train --data {data} --out {tmp}/my.ckpt --init assets/neurok_default.ckpt --steps 1"),
     "neurok eval --model assets/neurok_default.ckpt --data DIR --json eval.json":
         ("wire", "eval --model assets/neurok_default.ckpt --data {data} --json {tmp}/eval.json"),

@@ -161,3 +161,18 @@ def test_training_keeps_the_sliders_physical_and_moves_the_correction(trained):
     setup = hanging_bar()
     learned = bar_stretch(setup, NeurokRun(loaded, setup).bake()[-1])
     assert learned == pytest.approx(bar_stretch(setup, ReferenceSimulator(setup).solve_static()), rel=0.05)
+
+
+def test_a_data_folder_keeps_one_lattice_and_says_so_in_one_line(data):
+    """Sequences on a coarser lattice are another body (docs/MODEL_CARD.md, "Training data that is
+    the physics"): a folder records its lattice, and going on in it with another is refused
+    before anything is simulated."""
+    import json
+    from engine.core.errors import NeurokError
+    from engine.training.generate import GENERATOR_LATTICE
+    assert json.loads((data / "index.json").read_text())["lattice_cells"] == GENERATOR_LATTICE
+    before = sorted(p.name for p in data.iterdir())
+    with pytest.raises(NeurokError, match=f"{GENERATOR_LATTICE}-cell lattice") as err:
+        generate(data, 6, seed=3, frames=10, quiet=True, lattice_cells=2 * GENERATOR_LATTICE)
+    assert "\n" not in str(err.value)
+    assert sorted(p.name for p in data.iterdir()) == before

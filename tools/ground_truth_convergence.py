@@ -3,6 +3,10 @@ several lattice resolutions, each run against the finest, beside the model.
 
     OMP_NUM_THREADS=1 .venv/bin/python tools/ground_truth_convergence.py \
         [--scenes toy_drop,torus,monkey,jelly_poke] [--cells 4,8,12,16] [--frames 36] [--cache DIR]
+        [--data DIR --files seq_00002.npz,seq_00017.npz]
+
+`--data`/`--files`: training sequences instead (their recorded setups, cut to `--frames`), to
+see whether the data a model learns from is the converged physics it is judged against.
 
 For each scene and lattice (quadratic cells along the longest side; the reference caps a body at
 500 occupied cells, so the cells it really used are printed): the seconds it took, the body's
@@ -53,7 +57,8 @@ def reference_frames(setup, cells, cache: Path | None, name: str):
 
 def main(argv=None) -> int:
     from engine.api import default_model_path, open_engine
-    from engine.core.scene import setup_from_scene
+    from engine.core.formats import read_sequence
+    from engine.core.scene import setup_from_scene, setup_from_sequence
     from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
     from engine.evaluation.metrics import predict
     from engine.evaluation.scenes import evaluation_scenes
@@ -64,17 +69,26 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=36)
     p.add_argument("--cache", default=None)
     p.add_argument("--model", default=None)
+    p.add_argument("--data", default=None, help="a data folder: measure its sequences --files instead of scenes")
+    p.add_argument("--files", default="", help="comma-separated sequence files in --data")
     args = p.parse_args(argv)
     cells = sorted(int(c) for c in args.cells.split(","))
     cache = Path(args.cache) if args.cache else None
     if cache:
         cache.mkdir(parents=True, exist_ok=True)
     engine = open_engine("neurok", model=args.model or default_model_path(), device="cpu")
-    cases, _ = evaluation_scenes(args.scenes.split(","), args.frames, Path(args.cache or ".") / "meshes")
+    if args.data:
+        cases = []
+        for f in args.files.split(","):
+            setup = setup_from_sequence(read_sequence(Path(args.data) / f))
+            setup.frames = min(setup.frames, args.frames)
+            cases.append((Path(f).stem, setup))
+    else:
+        scenes, _ = evaluation_scenes(args.scenes.split(","), args.frames, Path(args.cache or ".") / "meshes")
+        cases = [(name, setup_from_scene(mesh, scene)) for name, _, mesh, scene, _ in scenes]
     print("| scene | cells asked | cells used (x, y, z / occupied) | seconds | tilt at the end | rel_l2 to the finest | model: rel_l2 (x hold-still) |")
     print("|---|---|---|---|---|---|---|")
-    for name, _, mesh, scene, _ in cases:
-        setup = setup_from_scene(mesh, scene)
+    for name, setup in cases:
         if setup.material["kind"] != "solid":
             continue
         diag = bbox_diagonal(setup.rest)

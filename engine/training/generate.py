@@ -27,7 +27,12 @@ from .shapes import FAMILIES, SHEET_FAMILIES, make_shape
 HELDOUT_FAMILIES = ("capsule", "torus")
 VALIDATION_SHARE = 0.1
 SCENARIOS = ("drop", "push", "poke", "wind", "squeeze", "twist", "swing")
-GENERATOR_LATTICE = 4          # quadratic cells (9 nodes a side), coarser than the default reference (6)
+GENERATOR_LATTICE = 4          # quadratic cells (9 nodes a side), coarser than the default reference (6): fast
+# A solid's path is converged at 8 cells (within 0.01 of its 12-cell path) where the generator's 4 are
+# 0.09 off on a dropped blob, stiffer than the body is, about half the bundled model's own distance to
+# the converged path (docs/MODEL_CARD.md, "Training data that is the physics"). Training data for a
+# model judged against converged ground truth needs it: `neurok generate --lattice 8` (about 4x the time).
+CONVERGED_LATTICE = 8
 GENERATOR_SUBSTEP = 1.0 / 48.0
 MAX_WEIGHT_STRAIN = 1.0        # rho g H / E of the softest solid drawn (the jelly preset: 0.86, nu 0.45)
 MAX_WEIGHT_STRAIN_COMPRESSIBLE = 0.4    # the same for nu < 0.4: such bodies sag by losing volume
@@ -178,10 +183,11 @@ def twist_accelerations(setup: Setup, twist: dict) -> np.ndarray:
     return table
 
 
-def simulate_random_scene(rng, mesh, kind, frames, dt, law=None):
+def simulate_random_scene(rng, mesh, kind, frames, dt, law=None, lattice_cells=GENERATOR_LATTICE):
     """Draw a random scene for `mesh` and run it with the reference simulator at the generator's
-    settings (`law`: a solid law other than neo-Hookean, e.g. {"law": "mooney_rivlin",
-    "i2_share": 0.7}). Returns (scenario name, Setup with vertex masses, positions [T,N,3])."""
+    substep on a lattice of `lattice_cells` (`law`: a solid law other than neo-Hookean, e.g.
+    {"law": "mooney_rivlin", "i2_share": 0.7}). Returns (scenario name, Setup with vertex masses,
+    positions [T,N,3])."""
     scenario, scene = random_scene(rng, mesh, kind, frames, dt)
     if law:
         scene["material"] = resolve_material({**scene["material"], **law})
@@ -189,14 +195,14 @@ def simulate_random_scene(rng, mesh, kind, frames, dt, law=None):
     setup = setup_from_scene(mesh, scene)
     if twist is not None:
         setup.accel_table = twist_accelerations(setup, twist)
-    sim = ReferenceSimulator(setup, lattice_cells=GENERATOR_LATTICE, substep=GENERATOR_SUBSTEP)
+    sim = ReferenceSimulator(setup, lattice_cells=lattice_cells, substep=GENERATOR_SUBSTEP)
     positions = np.stack(list(sim.iter_frames()))
     setup.vertex_mass = sim.vertex_mass
     return scenario, setup, positions
 
 
 def make_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.0, target_vertices=(300, 1200),
-                  law=None):
+                  law=None, lattice_cells=GENERATOR_LATTICE):
     """Build and simulate sequence `index` of a data set; returns (Sequence, index entry).
     `law` (see `simulate_random_scene`): solids only, all made of that law."""
     rng = np.random.default_rng([seed, index])
@@ -204,10 +210,10 @@ def make_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.
     family = str(rng.choice(families))
     kind = "cloth" if family in SHEET_FAMILIES else "solid"
     mesh = make_shape(family, rng, int(rng.integers(*target_vertices)))
-    scenario, setup, positions = simulate_random_scene(rng, mesh, kind, frames, dt, law)
+    scenario, setup, positions = simulate_random_scene(rng, mesh, kind, frames, dt, law, lattice_cells)
     split = "heldout" if family in HELDOUT_FAMILIES else ("validation" if rng.random() < VALIDATION_SHARE else "train")
     meta = {"source": "neurok generate", "simulator": "reference", "seed": seed, "index": index,
-            "family": family, "scenario": scenario, "split": split}
+            "family": family, "scenario": scenario, "split": split, "lattice_cells": lattice_cells}
     seq = setup.to_sequence(positions, meta)
     entry = {"file": f"seq_{index:05d}.npz", "family": family, "scenario": scenario, "split": split,
              "kind": kind, "vertices": int(len(mesh.vertices)), "frames": frames}
@@ -215,10 +221,10 @@ def make_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.
 
 
 def _worker(args):
-    out, seed, index, frames, dt, law = args
+    out, seed, index, frames, dt, law, lattice_cells = args
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     t0 = time.perf_counter()
-    seq, entry = make_sequence(seed, index, frames, dt, law=law)
+    seq, entry = make_sequence(seed, index, frames, dt, law=law, lattice_cells=lattice_cells)
     if not np.all(np.isfinite(seq.positions)):
         raise NeurokError(f"sequence {index} produced NaN")
     write_sequence(Path(out) / entry["file"], seq)
@@ -239,14 +245,21 @@ def parse_shard(text: str | None):
 
 
 def generate(out, sequences: int, seed: int, shard: str | None = None, workers: int = 1,
-             frames: int = 64, dt: float = 1.0 / 24.0, quiet: bool = False, law: dict | None = None) -> dict:
+             frames: int = 64, dt: float = 1.0 / 24.0, quiet: bool = False, law: dict | None = None,
+             lattice_cells: int = GENERATOR_LATTICE) -> dict:
     """Write sequences [shard part of 0..sequences) to `out` with an index file; resumable.
-    `law`: every sequence a solid of that law (`make_sequence`)."""
+    `law`: every sequence a solid of that law (`make_sequence`). `lattice_cells`: the reference's
+    lattice for solids (`CONVERGED_LATTICE` for data a model is judged on; a folder holds one)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     i, n = parse_shard(shard)
     index_path = out / ("index.json" if n == 1 else f"index-{i}-of-{n}.json")
     entries = {}
+    for other in sorted(out.glob("index*.json")):
+        made = json.loads(other.read_text()).get("lattice_cells", GENERATOR_LATTICE)
+        if made != lattice_cells:
+            raise NeurokError(f"{out} holds sequences made on a {made}-cell lattice; this run asks for "
+                              f"{lattice_cells} (use another folder, or --lattice {made} to go on)")
     if index_path.is_file():
         for e in json.loads(index_path.read_text())["sequences"]:
             if (out / e["file"]).is_file():
@@ -254,20 +267,21 @@ def generate(out, sequences: int, seed: int, shard: str | None = None, workers: 
     todo = [k for k in range(i, sequences, n) if f"seq_{k:05d}.npz" not in entries]
     bar = None if quiet else ProgressBar(len(todo), "generate")
     t0 = time.perf_counter()
-    make_sequences(out, seed, todo, frames, dt, workers, index_path, sequences, shard, entries, bar, law)
+    make_sequences(out, seed, todo, frames, dt, workers, index_path, sequences, shard, entries, bar, law, lattice_cells)
     elapsed = time.perf_counter() - t0
     return {"written": len(todo), "seconds": elapsed, "index": str(index_path),
             "sequences_per_minute": 60.0 * len(todo) / elapsed if todo and elapsed > 0 else None}
 
 
-def make_sequences(out, seed, todo, frames, dt, workers, index_path, total, shard, entries, bar=None, law=None):
+def make_sequences(out, seed, todo, frames, dt, workers, index_path, total, shard, entries, bar=None, law=None,
+                   lattice_cells=GENERATOR_LATTICE):
     """Simulate and write sequences `todo` (indices), on `workers` processes, recording each in
     `entries` and the index file as it finishes (so an interrupted run resumes)."""
-    jobs = [(str(out), seed, k, frames, dt, law) for k in todo]
+    jobs = [(str(out), seed, k, frames, dt, law, lattice_cells) for k in todo]
 
     def record(entry):
         entries[entry["file"]] = entry
-        _write_index(index_path, seed, total, shard, entries)
+        _write_index(index_path, seed, total, shard, entries, lattice_cells)
         if bar:
             bar.update(1, postfix=f"{entry['family']}/{entry['scenario']}")
 
@@ -280,12 +294,13 @@ def make_sequences(out, seed, todo, frames, dt, workers, index_path, total, shar
             record(_worker(job))
     if bar:
         bar.close()
-    _write_index(index_path, seed, total, shard, entries)
+    _write_index(index_path, seed, total, shard, entries, lattice_cells)
 
 
-def _write_index(path, seed, sequences, shard, entries):
+def _write_index(path, seed, sequences, shard, entries, lattice_cells=GENERATOR_LATTICE):
     body = {"format": "neurok.dataset/1", "seed": seed, "sequences": sorted(entries.values(), key=lambda e: e["file"]),
-            "total": sequences, "shard": shard or "0/1", "heldout_families": list(HELDOUT_FAMILIES)}
+            "total": sequences, "shard": shard or "0/1", "heldout_families": list(HELDOUT_FAMILIES),
+            "lattice_cells": lattice_cells}
     atomic_write_text(path, json.dumps(body, indent=1))
 
 
