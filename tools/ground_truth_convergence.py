@@ -5,6 +5,9 @@ several lattice resolutions, each run against the finest, beside the model.
         [--scenes toy_drop,torus,monkey,jelly_poke] [--cells 4,8,12,16] [--frames 36] [--cache DIR]
         [--data DIR --files seq_00002.npz,seq_00017.npz]
 
+`--vertex-floor`: the floor (and nothing else) acts on the mesh's vertices only, not also on the
+lattice's nodes as the reference has it (a diagnostic: the nodes' floor stands a body on the
+lattice's flat sole; without it, nodes under a vertex the floor holds can sink).
 `--data`/`--files`: training sequences instead (their recorded setups, cut to `--frames`), to
 see whether the data a model learns from is the converged physics it is judged against.
 
@@ -35,13 +38,13 @@ def tilt_degrees(x0, x1) -> float:
     return float(np.degrees(np.arccos(np.clip(best_rotation(x0, x1)[2, 2], -1.0, 1.0))))
 
 
-def reference_frames(setup, cells, cache: Path | None, name: str):
+def reference_frames(setup, cells, cache: Path | None, name: str, vertex_floor=False):
     """The reference's frames at `cells` (from the cache when there) and its seconds (None if
     cached), or (None, why) when the reference gave up."""
     from engine.evaluation.scene_eval import REFERENCE_SETTINGS
     from engine.reference.budget import WorkBudgetExceeded
     from engine.reference.simulator import ReferenceSimulator
-    path = cache / f"{name}_{cells}.npy" if cache else None
+    path = cache / f"{name}_{cells}{'_vertex_floor' if vertex_floor else ''}.npy" if cache else None
     if path is not None and path.exists():
         return np.load(path), None
     t0 = time.perf_counter()
@@ -53,6 +56,18 @@ def reference_frames(setup, cells, cache: Path | None, name: str):
     if path is not None:
         np.save(path, x)
     return x, time.perf_counter() - t0
+
+
+def floor_on_vertices_only():
+    """Make the reference's floor skip the lattice nodes (it is called with their masses)."""
+    from engine.reference.simulator import ReferenceSimulator
+    floor = ReferenceSimulator._floor_terms
+
+    def vertices_only(self, x, x_prev, need_hess, mass=None):
+        if mass is not None:
+            return 0.0, np.zeros(x.size), None
+        return floor(self, x, x_prev, need_hess, mass)
+    ReferenceSimulator._floor_terms = vertices_only
 
 
 def main(argv=None) -> int:
@@ -71,7 +86,10 @@ def main(argv=None) -> int:
     p.add_argument("--model", default=None)
     p.add_argument("--data", default=None, help="a data folder: measure its sequences --files instead of scenes")
     p.add_argument("--files", default="", help="comma-separated sequence files in --data")
+    p.add_argument("--vertex-floor", action="store_true", help="the floor on the mesh's vertices only (diagnostic)")
     args = p.parse_args(argv)
+    if args.vertex_floor:
+        floor_on_vertices_only()
     cells = sorted(int(c) for c in args.cells.split(","))
     cache = Path(args.cache) if args.cache else None
     if cache:
@@ -93,7 +111,7 @@ def main(argv=None) -> int:
             continue
         diag = bbox_diagonal(setup.rest)
         pred = predict(engine, setup)[0]
-        runs = {c: reference_frames(setup, c, cache, name) for c in cells}
+        runs = {c: reference_frames(setup, c, cache, name, args.vertex_floor) for c in cells}
         done = [c for c in cells if runs[c][0] is not None]
         finest = runs[done[-1]][0]
         dist = lambda a, b: float(rel_l2_curve(a, b, diag)[1:].mean())   # noqa: E731
