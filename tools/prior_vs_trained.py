@@ -1,9 +1,12 @@
 """A checkpoint's trained density against its own classical prior on the held-out scenes.
 
     .venv/bin/python tools/prior_vs_trained.py --model CKPT [--frames 36] [--json OUT.json] [--sheets DIR]
+        [--physics eval_out/small/physics]
 
 For each scene of the small evaluation preset (Blender primitives and the bundled samples,
-`engine.evaluation.scenes`): the reference simulator at the data generator's settings, then the
+`engine.evaluation.scenes`): the reference simulator's converged ground truth, as the evaluation
+has it (`scene_eval.ground_truth_settings`; read from `--physics`, the physics `make eval-small`
+keeps, when it is there, else computed and kept there: minutes per solid), then the
 learned engine twice — the checkpoint as it is, and with every learned output layer (Lame
 scales, correction, skinning weight field) set to zero (`NeurokModel.classical_prior`), i.e. the
 classical material in the eigenfunction subspace. Prints rel_l2 over
@@ -49,7 +52,8 @@ def main(argv=None) -> int:
 
     from engine.core.scene import setup_from_scene
     from engine.evaluation.render import contact_sheet
-    from engine.evaluation.scene_eval import reference_rollout
+    from engine.evaluation.physics_cache import PhysicsCache, scene_job
+    from engine.evaluation.scene_eval import ground_truth_settings
     from engine.evaluation.scenes import evaluation_scenes
     from engine.evaluation.suite import SMALL_SCENES
     from engine.evaluation.metrics import predict
@@ -60,17 +64,20 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=36)
     p.add_argument("--json", default=None)
     p.add_argument("--sheets", default=None, help="folder for a contact sheet per scene")
+    p.add_argument("--physics", default="eval_out/small/physics", help="the evaluation's physics cache")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     path = args.model or default_model_path()
     engines = {"trained": NeurokEngine(path), "prior": NeurokEngine(path)}
     engines["prior"].model.classical_prior()
     rows = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        cases, _ = evaluation_scenes(SMALL_SCENES, args.frames, Path(tmp))
+    physics = PhysicsCache(Path(args.physics))
+    with tempfile.TemporaryDirectory() as tmp:    # Blender's primitives as make eval-small built them, where it did
+        meshes = Path(args.physics).parent / "meshes"
+        cases, _ = evaluation_scenes(SMALL_SCENES, args.frames, meshes if meshes.is_dir() else Path(tmp))
         for name, _, mesh, scene, _ in cases:
             setup = setup_from_scene(mesh, scene)
-            true = reference_rollout(setup)
+            true = physics.get(scene_job("reference", mesh, scene, **ground_truth_settings(None, name)))
             row = {"reference": measures(true, true, setup)}
             row["hold_still"] = measures(np.repeat(true[:1], len(true), 0), true, setup)["rel_l2"]
             runs = {}
