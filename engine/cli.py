@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --law mooney_rivlin: the share of the shear modulus on the second invariant")
     g.add_argument("--lattice", type=_positive_int, default=None,
                    help="the reference's quadratic cells along a solid's longest side (default 4: fast; 8: the "
-                        "converged paths a model is judged against, about 4x the time)")
+                        "converged paths a model is judged against, about 10x the time)")
 
     t = sub.add_parser("train", help="train or fine-tune a model on sequences")
     t.add_argument("--data", required=True)
@@ -180,7 +180,7 @@ def cmd_generate(args):
             raise NeurokError(f"--i2-share must be in [0, 1], got {args.i2_share}")
         law = {"law": "mooney_rivlin", "i2_share": args.i2_share}
     result = generate(args.out, args.sequences, args.seed, args.shard, args.workers, args.frames, law=law,
-                      **({"lattice_cells": args.lattice} if args.lattice else {}))
+                      lattice_cells=args.lattice)
     rate = result["sequences_per_minute"]
     print(f"wrote {result['written']} sequences to {args.out} in {result['seconds']:.1f} s"
           + (f" ({rate:.1f} sequences/minute)" if rate else "") + f"; index {result['index']}")

@@ -169,10 +169,10 @@ def test_a_data_folder_keeps_one_lattice_and_says_so_in_one_line(data):
     before anything is simulated."""
     import json
     from engine.core.errors import NeurokError
-    from engine.training.generate import GENERATOR_LATTICE
+    from engine.training.generate import CONVERGED_LATTICE, GENERATOR_LATTICE
     assert json.loads((data / "index.json").read_text())["lattice_cells"] == GENERATOR_LATTICE
     before = sorted(p.name for p in data.iterdir())
     with pytest.raises(NeurokError, match=f"{GENERATOR_LATTICE}-cell lattice") as err:
-        generate(data, 6, seed=3, frames=10, quiet=True, lattice_cells=2 * GENERATOR_LATTICE)
+        generate(data, 6, seed=3, frames=10, quiet=True, lattice_cells=CONVERGED_LATTICE)
     assert "\n" not in str(err.value)
     assert sorted(p.name for p in data.iterdir()) == before

@@ -12,8 +12,9 @@ reference frames, changed one way at a time:
   little to find there;
 - `--material "key=factor,...;..."`: the scene's material numbers scaled (stiffness, bending,
   damping, air_damping) in the model only: what a learned material scale would do.
-Prints rel_l2 over the whole rollout and over frames 1..24 (x hold-still) and the mean edge strain
-over the reference's, per scene; a run whose step cannot be solved says so.
+Prints rel_l2 over the whole rollout and over frames 1..24 (x hold-still), and beside them the lowest
+volume / rest, the mean edge strain (and it over the reference's) and the largest share of flipped
+triangles (`prior_vs_trained.measures`), per scene; a run whose step cannot be solved says so.
 """
 from __future__ import annotations
 
@@ -28,13 +29,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def edge_strain(frames, faces) -> float:
-    edges = np.unique(np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1), axis=0)
-    rest = np.linalg.norm(frames[0, edges[:, 0]] - frames[0, edges[:, 1]], axis=1)
-    length = np.linalg.norm(frames[:, edges[:, 0]] - frames[:, edges[:, 1]], axis=2)
-    return float(np.abs(length / rest - 1)[1:].mean())
-
-
 def main(argv=None) -> int:
     import torch
     from engine.api import open_engine
@@ -43,6 +37,7 @@ def main(argv=None) -> int:
     from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
     from engine.evaluation.scenes import evaluation_scenes
     from engine.learned.materials import CORRECTION_BOUND
+    from tools.prior_vs_trained import describe, measures
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", default="eval_out/small/scenes")
     p.add_argument("--only", default="toy_drop,jelly_poke,flag_wind,torus,grid")
@@ -63,9 +58,10 @@ def main(argv=None) -> int:
             print(f"{name}: no {path} (run make eval-small first)")
             continue
         true = np.load(path)["reference"].astype(np.float64)
+        setup = setup_from_scene(mesh, scene)
         diag = bbox_diagonal(true[0])
         still = rel_l2_curve(np.repeat(true[:1], len(true), 0), true, diag)
-        strain = edge_strain(true, mesh.faces)
+        strain = measures(true, true, setup)["strain"]
         material = dict(MATERIAL_PRESETS.get(scene["material"].get("preset"), {}),
                         **{k: v for k, v in scene["material"].items() if k != "preset"})
         for label, weights, factors in variants:
@@ -82,10 +78,10 @@ def main(argv=None) -> int:
             except SimulationFault as e:
                 print(f"{name} | {label} | no step solved from frame {e.frame}")
                 continue
-            c = rel_l2_curve(x, true, diag)
-            print(f"{name} | {label} | rel_l2 {c[1:].mean():.4f} ({c[1:].mean() / still[1:].mean():.3f}x hold-still), "
-                  f"1..24 {c[1:25].mean() / still[1:25].mean():.3f}x | strain {edge_strain(x, mesh.faces) / strain:.2f}x",
-                  flush=True)
+            c, m = rel_l2_curve(x, true, diag), measures(x, true, setup)
+            print(f"{name} | {label} | rel_l2 {m['rel_l2']:.4f} ({m['rel_l2'] / still[1:].mean():.3f}x hold-still), "
+                  f"1..24 {c[1:25].mean() / still[1:25].mean():.3f}x | {describe(m)}, strain {m['strain'] / strain:.2f}x "
+                  "the reference's", flush=True)
     for n in notes:
         print(n)
     return 0

@@ -8,7 +8,8 @@ learned engine at each detail with three integrations of its membrane energy: th
 cubature as shipped (`subspace.fitted_cubature`: at most max(200, coordinates / 2) triangles),
 as many triangles as coordinates, and every triangle (full integration). Prints the cubature's
 held-out force error, rel_l2 over the whole rollout (x hold-still), the mean edge strain over the
-reference's, and ms per frame (timed beside whatever else runs).
+reference's, the largest share of flipped (folded-over) triangles (`prior_vs_trained.measures`),
+and ms per frame (timed beside whatever else runs).
 """
 from __future__ import annotations
 
@@ -23,13 +24,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def edge_strain(frames, faces) -> float:
-    edges = np.unique(np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1), axis=0)
-    rest = np.linalg.norm(frames[0, edges[:, 0]] - frames[0, edges[:, 1]], axis=1)
-    length = np.linalg.norm(frames[:, edges[:, 0]] - frames[:, edges[:, 1]], axis=2)
-    return float(np.abs(length / rest - 1)[1:].mean())
-
-
 def main(argv=None) -> int:
     import torch
     import engine.learned.subspace as subspace
@@ -37,6 +31,7 @@ def main(argv=None) -> int:
     from engine.core.scene import setup_from_scene
     from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
     from engine.evaluation.scenes import evaluation_scenes
+    from tools.prior_vs_trained import measures
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", default="eval_out/small/scenes")
     p.add_argument("--only", default="flag_wind,grid")
@@ -65,24 +60,25 @@ def main(argv=None) -> int:
         true = np.load(path)["reference"].astype(np.float64)
         diag = bbox_diagonal(true[0])
         still = rel_l2_curve(np.repeat(true[:1], len(true), 0), true, diag)[1:].mean()
-        strain = edge_strain(true, mesh.faces)
+        reference = measures(true, true, setup_from_scene(mesh, scene))
         for detail in args.details.split(","):
             for label, fit in integrations.items():
                 subspace.fitted_cubature = fit
                 subspace._SUBSPACES._items.clear()       # each integration prepares its own subspace
                 try:
-                    run = engine.prepare(setup_from_scene(mesh, dict(copy.deepcopy(scene), detail=detail)))
+                    setup = setup_from_scene(mesh, dict(copy.deepcopy(scene), detail=detail))
+                    run = engine.prepare(setup)
                     t = time.perf_counter()
                     x = run.bake()
                     ms = 1000 * (time.perf_counter() - t) / len(x)
                 finally:
                     subspace.fitted_cubature = shipped
-                sub = run.scene.sub
-                d = rel_l2_curve(x, true, diag)[1:].mean()
+                sub, m = run.scene.sub, measures(x, true, setup)
                 print(f"{name} {detail} ({sub.weights.shape[1]} handles, {sub.dims} coordinates) | {label}: "
-                      f"{len(run.scene.weights)} triangles, force error {sub.cubature_error:.3f} | rel_l2 {d:.4f} "
-                      f"({d / still:.2f}x hold-still) | strain {edge_strain(x, mesh.faces) / strain:.2f}x the reference's "
-                      f"| {ms:.0f} ms/frame", flush=True)
+                      f"{len(run.scene.weights)} triangles, force error {sub.cubature_error:.3f} | rel_l2 {m['rel_l2']:.4f} "
+                      f"({m['rel_l2'] / still:.2f}x hold-still) | strain {m['strain'] / reference['strain']:.2f}x the "
+                      f"reference's, flipped {m['flipped']:.0%} (reference {reference['flipped']:.0%}) | {ms:.0f} ms/frame",
+                      flush=True)
     for n in notes:
         print(n)
     return 0

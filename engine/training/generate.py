@@ -28,10 +28,10 @@ HELDOUT_FAMILIES = ("capsule", "torus")
 VALIDATION_SHARE = 0.1
 SCENARIOS = ("drop", "push", "poke", "wind", "squeeze", "twist", "swing")
 GENERATOR_LATTICE = 4          # quadratic cells (9 nodes a side), coarser than the default reference (6): fast
-# A solid's path is converged at 8 cells (within 0.01 of its 12-cell path) where the generator's 4 are
-# 0.09 off on a dropped blob, stiffer than the body is, about half the bundled model's own distance to
-# the converged path (docs/MODEL_CARD.md, "Training data that is the physics"). Training data for a
-# model judged against converged ground truth needs it: `neurok generate --lattice 8` (about 4x the time).
+# At 8 cells two dropped blobs took their 12-cell paths (the reference's 500-cell cap makes the same
+# lattice), where the generator's 4 were 0.06-0.09 off them: a stiffer body, standing on a sole of
+# cells (docs/MODEL_CARD.md, "Training data that is the physics"). Training data for a model judged
+# against converged ground truth needs it: `neurok generate --lattice 8` (about 10x the time).
 CONVERGED_LATTICE = 8
 GENERATOR_SUBSTEP = 1.0 / 48.0
 MAX_WEIGHT_STRAIN = 1.0        # rho g H / E of the softest solid drawn (the jelly preset: 0.86, nu 0.45)
@@ -246,10 +246,12 @@ def parse_shard(text: str | None):
 
 def generate(out, sequences: int, seed: int, shard: str | None = None, workers: int = 1,
              frames: int = 64, dt: float = 1.0 / 24.0, quiet: bool = False, law: dict | None = None,
-             lattice_cells: int = GENERATOR_LATTICE) -> dict:
+             lattice_cells: int | None = None) -> dict:
     """Write sequences [shard part of 0..sequences) to `out` with an index file; resumable.
     `law`: every sequence a solid of that law (`make_sequence`). `lattice_cells`: the reference's
-    lattice for solids (`CONVERGED_LATTICE` for data a model is judged on; a folder holds one)."""
+    lattice for solids (None: GENERATOR_LATTICE; `CONVERGED_LATTICE` for data a model is judged on;
+    a folder holds one)."""
+    lattice_cells = lattice_cells or GENERATOR_LATTICE
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     i, n = parse_shard(shard)
