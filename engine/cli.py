@@ -72,11 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lattice", type=_positive_int, default=None,
                    help="the reference's quadratic cells along a solid's longest side (default 4: fast; 8: the "
                         "converged paths a model is judged against, about 10x the time)")
+    g.add_argument("--kind", choices=("solid", "cloth"), default=None,
+                   help="only solids or only cloth sheets (default: every family)")
 
     t = sub.add_parser("train", help="train or fine-tune a model on sequences")
-    t.add_argument("--data", required=True)
+    t.add_argument("--data", required=True, nargs="+", help="data folder(s)")
     t.add_argument("--out", required=True)
     t.add_argument("--init", help="checkpoint to start from (fine-tuning)")
+    t.add_argument("--closures", default="density,dissipation",
+                   help="which learned closures to train, comma-separated: density (the strain energy's "
+                        "correction), dissipation (the damping's multipliers per kind of material)")
     budget = t.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=_positive_int)
     budget.add_argument("--minutes", type=_positive_float)
@@ -180,7 +185,7 @@ def cmd_generate(args):
             raise NeurokError(f"--i2-share must be in [0, 1], got {args.i2_share}")
         law = {"law": "mooney_rivlin", "i2_share": args.i2_share}
     result = generate(args.out, args.sequences, args.seed, args.shard, args.workers, args.frames, law=law,
-                      lattice_cells=args.lattice)
+                      lattice_cells=args.lattice, kind=args.kind)
     rate = result["sequences_per_minute"]
     print(f"wrote {result['written']} sequences to {args.out} in {result['seconds']:.1f} s"
           + (f" ({rate:.1f} sequences/minute)" if rate else "") + f"; index {result['index']}")
@@ -191,7 +196,7 @@ def cmd_train(args):
     train(args.data, args.out, init=args.init, steps=args.steps, minutes=args.minutes, seed=args.seed,
           fit_weights=args.fit_weights, material=args.material,
           learn=[x.strip() for x in args.learn.split(",") if x.strip()] if args.learn else None,
-          material_base=args.material_base)
+          material_base=args.material_base, closures=[x.strip() for x in args.closures.split(",") if x.strip()])
 
 
 def cmd_eval(args):

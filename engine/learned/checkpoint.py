@@ -80,16 +80,21 @@ def model_for_payload(payload) -> NeurokModel:
     return model
 
 
+def load_state(model, state):
+    """A checkpoint's weights into `model`. A checkpoint saved before the learned skinning weights
+    or the dissipation closure existed leaves them at zero (the eigenfunctions, the classical
+    damping), which is what that model ran with; any other mismatch raises."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or any(not k.startswith(("weight_field.", "energy.dissipation.")) for k in missing):
+        model.load_state_dict(state)   # raises with the mismatch
+
+
 def load_checkpoint(path, device="cpu") -> tuple[NeurokModel, dict]:
     payload = read_payload(path)
     try:
         meta = json.loads(payload.get("meta", "{}"))
         model = model_for_payload(payload)
-        missing, unexpected = model.load_state_dict(payload["state"], strict=False)
-        # a checkpoint saved before the learned skinning weights existed: their field starts
-        # at zero (the eigenfunctions), which is what that model ran with
-        if unexpected or any(not k.startswith("weight_field.") for k in missing):
-            model.load_state_dict(payload["state"])   # raises with the mismatch
+        load_state(model, payload["state"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise FormatError(f"{path}: checkpoint does not match the model ({type(e).__name__}: {' '.join(str(e).split())[:120]})") from None
     model.to(device).eval()

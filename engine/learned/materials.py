@@ -17,6 +17,14 @@ cloth), so the stiffness slider multiplies the whole elastic energy exactly.
   zero: an untrained model is exactly the classical material, and the loss is first order in the
   network's output from the start (an earlier mu |m(inv) - m(0)|^2 had no gradient there and did
   not move in 25 minutes of training).
+- Learned dissipation closure (`StrainEnergy.dissipation`): log-multipliers of the Rayleigh
+  damping's two parts per kind of material (read from the base features), bounded to
+  +-DISSIPATION_BOUND and zero untrained. Damping does not move a body at rest, so statics (and
+  the stiffness slider's meaning) stay the classical ones. It exists because beta K of a
+  reduced model is not the reference's: a linear skinning subspace folds a sheet only by
+  stretching it, so its K also damps the membrane stretch its folds carry, which the reference's
+  folds do not have (a flag in wind came 0.306x -> 0.249x hold-still with beta halved in the
+  model; docs/MODEL_CARD.md, "What limits the model now").
 - Learned materials (presets): a few numbers per material, learned from data only (Blender's own
   cloth bakes, a Mooney-Rivlin rubber, a user's bake): log-multipliers of the material's stiffness,
   Lame lambda, bending and both dampings, and the weight c of the second-invariant term
@@ -37,6 +45,7 @@ from torch import nn
 DTYPE = torch.float64
 CORRECTION_WIDTH = 32
 CORRECTION_BOUND = 0.5           # |m_j|: each correction term at most half its classical counterpart's scale
+DISSIPATION_BOUND = 1.0          # |log multiplier| of each damping the learned closure sets (e^-1 .. e^1)
 BASE_FEATURES = 2                # (cloth?, poisson): what the scale and correction networks read
 # a learned material's numbers, appended to the base features (all zero: the material as it is)
 PRESET_PARAMETERS = ("log_stiffness", "log_lambda", "log_bending", "log_damping", "log_air_damping", "i2_term")
@@ -181,7 +190,8 @@ class StrainEnergy(nn.Module):
         self.scales = nn.Sequential(nn.Linear(2, width), nn.SiLU(), nn.Linear(width, 3))   # mu, lambda, bending
         self.correction = nn.Sequential(nn.Linear(4, width), nn.SiLU(), nn.Linear(width, width), nn.SiLU(),
                                         nn.Linear(width, 2))
-        for layer in (self.scales[-1], self.correction[-1]):
+        self.dissipation = nn.Linear(BASE_FEATURES, 2)   # log-multipliers of (beta, alpha) per material kind
+        for layer in (self.scales[-1], self.correction[-1], self.dissipation):
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
         self.presets = nn.ParameterDict()     # learned materials: name -> [len(PRESET_PARAMETERS)]
@@ -190,6 +200,7 @@ class StrainEnergy(nn.Module):
         self._classical_version = None
         self._scale_cache = {}
         self._scale_parameters = tuple(self.scales.parameters())   # the same objects after load_state_dict / .to()
+        self._dissipation_parameters = tuple(self.dissipation.parameters())
 
     @staticmethod
     def features(material: dict) -> torch.Tensor:
@@ -225,12 +236,13 @@ class StrainEnergy(nn.Module):
         params = self.presets[name] if name else torch.zeros(len(PRESET_PARAMETERS), dtype=DTYPE)
         return torch.cat([self.features(material), params])
 
-    @staticmethod
-    def damping_scales(feats):
-        """Multipliers of the (stiffness-proportional, mass-proportional) damping."""
-        if len(feats) <= BASE_FEATURES:
-            return 1.0, 1.0
-        return torch.exp(feats[BASE_FEATURES + 3]), torch.exp(feats[BASE_FEATURES + 4])
+    def damping_scales(self, feats):
+        """Multipliers of the (stiffness-proportional, mass-proportional) damping: the learned
+        closure's for this kind of material, times a learned material's own."""
+        log = self._material_network(self.dissipation, self._dissipation_parameters, feats, DISSIPATION_BOUND)
+        if len(feats) > BASE_FEATURES:
+            log = log + feats[BASE_FEATURES + 3:BASE_FEATURES + 5]
+        return torch.exp(log[0]), torch.exp(log[1])
 
     @staticmethod
     def i2_weight(feats):
@@ -242,22 +254,24 @@ class StrainEnergy(nn.Module):
             return None
         return torch.tanh(raw)
 
-    def log_scales(self, feats):
-        """Learned log-multipliers of (mu, lambda, bending): the scale network's, bounded to a
-        factor of e^2, plus the learned material's own. The network's part is the same for every
-        call of a material outside training: cached on the parameters' version counters and the
-        material's base features."""
-        params = self._scale_parameters
+    def _material_network(self, net, params, feats, bound):
+        """A per-material network's output on the base features, bounded to +-bound. The same for
+        every call of a material outside training: cached on the parameters' version counters and
+        the material's base features (a step asks a few times per frame)."""
         base = feats[:BASE_FEATURES]
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-            net = 2.0 * torch.tanh(self.scales(base) / 2.0)
-        else:
-            key = (tuple((p._version, p.data_ptr()) for p in params), tuple(base.tolist()), feats.device, feats.dtype)
-            if key not in self._scale_cache:
-                if len(self._scale_cache) > 64:
-                    self._scale_cache.clear()
-                self._scale_cache[key] = 2.0 * torch.tanh(self.scales(base) / 2.0)
-            net = self._scale_cache[key]
+            return bound * torch.tanh(net(base) / bound)
+        key = (id(net), tuple((p._version, p.data_ptr()) for p in params), tuple(base.tolist()), feats.device, feats.dtype)
+        if key not in self._scale_cache:
+            if len(self._scale_cache) > 64:
+                self._scale_cache.clear()
+            self._scale_cache[key] = bound * torch.tanh(net(base) / bound)
+        return self._scale_cache[key]
+
+    def log_scales(self, feats):
+        """Learned log-multipliers of (mu, lambda, bending): the scale network's, bounded to a
+        factor of e^2, plus the learned material's own."""
+        net = self._material_network(self.scales, self._scale_parameters, feats, 2.0)
         if len(feats) > BASE_FEATURES:
             return net + feats[BASE_FEATURES:BASE_FEATURES + 3]
         return net
@@ -438,7 +452,9 @@ def isochoric_difference_terms(y, need_hess=True):
 
 def project_psd(H):
     """Nearest positive semi-definite matrices of a batch of symmetric ones (NaN stays NaN, so
-    a state that is not valid fails the step instead of raising here)."""
+    a state that is not valid fails the step instead of raising here). Under autograd the
+    gradient is the unprojected matrix's: eigh's is NaN where eigenvalues repeat (a cloth
+    sample's), and it made every cloth training rollout's gradient NaN."""
     H = 0.5 * (H + H.transpose(-1, -2))
     _, info = torch.linalg.cholesky_ex(H)
     indefinite = info > 0                     # most samples near rest are positive definite already
@@ -447,7 +463,8 @@ def project_psd(H):
         if not bool(torch.isfinite(Hi).all()):
             return torch.full_like(H, float("nan"))
         scale = torch.linalg.norm(Hi, dim=(-2, -1), keepdim=True).clamp(min=1e-300)   # conditioning
-        vals, vecs = torch.linalg.eigh(Hi / scale)
+        vals, vecs = torch.linalg.eigh((Hi / scale).detach())
+        projected = scale.detach() * ((vecs * vals.clamp(min=0.0).unsqueeze(-2)) @ vecs.transpose(-1, -2))
         H = H.clone()
-        H[indefinite] = scale * ((vecs * vals.clamp(min=0.0).unsqueeze(-2)) @ vecs.transpose(-1, -2))
+        H[indefinite] = Hi + (projected - Hi).detach() if Hi.requires_grad else projected
     return H

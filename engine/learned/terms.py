@@ -130,8 +130,14 @@ def stiffness_psd(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tens
     if fast and not K.requires_grad:   # float32 like the matrix itself (an eighth faster at 96 coordinates)
         vals, vecs = torch.linalg.eigh(K.to(torch.float32))
         return ((vecs * vals.clamp(min=0.0)) @ vecs.T).to(K.dtype)
-    vals, vecs = torch.linalg.eigh(K)
-    return (vecs * vals.clamp(min=0.0)) @ vecs.T
+    vals, vecs = torch.linalg.eigh(K.detach())
+    projected = (vecs * vals.clamp(min=0.0)) @ vecs.T
+    if K.requires_grad:
+        # eigh's gradient is NaN where eigenvalues repeat, as a free body's rigid modes do: every
+        # training rollout of an unpinned body had NaN gradients and was skipped. K's own
+        # gradient instead (exact where K is semi-definite already, as it is near rest).
+        return K + (projected - K).detach()
+    return projected
 
 
 def elastic(q, ctx, scene: LatentScene | None = None, need_hess=True, extra=None) -> Terms:

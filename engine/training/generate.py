@@ -201,12 +201,22 @@ def simulate_random_scene(rng, mesh, kind, frames, dt, law=None, lattice_cells=G
     return scenario, setup, positions
 
 
+def family_choices(law=None, kind=None) -> list[str]:
+    """The shape families a data set draws from: all of them, or one kind's (`law` implies solids)."""
+    if law or kind == "solid":
+        return [f for f in FAMILIES if f not in SHEET_FAMILIES]
+    if kind == "cloth":
+        return list(SHEET_FAMILIES)
+    return list(FAMILIES)
+
+
 def make_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.0, target_vertices=(300, 1200),
-                  law=None, lattice_cells=GENERATOR_LATTICE):
+                  law=None, lattice_cells=GENERATOR_LATTICE, kind=None):
     """Build and simulate sequence `index` of a data set; returns (Sequence, index entry).
-    `law` (see `simulate_random_scene`): solids only, all made of that law."""
+    `law` (see `simulate_random_scene`): solids only, all made of that law. `kind`: only solids
+    or only cloth (a closure of one kind's dynamics needs more of its sequences than the mix has)."""
     rng = np.random.default_rng([seed, index])
-    families = [f for f in FAMILIES if f not in SHEET_FAMILIES] if law else FAMILIES
+    families = family_choices(law, kind)
     family = str(rng.choice(families))
     kind = "cloth" if family in SHEET_FAMILIES else "solid"
     mesh = make_shape(family, rng, int(rng.integers(*target_vertices)))
@@ -221,10 +231,10 @@ def make_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.
 
 
 def _worker(args):
-    out, seed, index, frames, dt, law, lattice_cells = args
+    out, seed, index, frames, dt, law, lattice_cells, kind = args
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     t0 = time.perf_counter()
-    seq, entry = make_sequence(seed, index, frames, dt, law=law, lattice_cells=lattice_cells)
+    seq, entry = make_sequence(seed, index, frames, dt, law=law, lattice_cells=lattice_cells, kind=kind)
     if not np.all(np.isfinite(seq.positions)):
         raise NeurokError(f"sequence {index} produced NaN")
     write_sequence(Path(out) / entry["file"], seq)
@@ -246,11 +256,11 @@ def parse_shard(text: str | None):
 
 def generate(out, sequences: int, seed: int, shard: str | None = None, workers: int = 1,
              frames: int = 64, dt: float = 1.0 / 24.0, quiet: bool = False, law: dict | None = None,
-             lattice_cells: int | None = None) -> dict:
+             lattice_cells: int | None = None, kind: str | None = None) -> dict:
     """Write sequences [shard part of 0..sequences) to `out` with an index file; resumable.
     `law`: every sequence a solid of that law (`make_sequence`). `lattice_cells`: the reference's
     lattice for solids (None: GENERATOR_LATTICE; `CONVERGED_LATTICE` for data a model is judged on;
-    a folder holds one)."""
+    a folder holds one). `kind`: "solid" or "cloth" only (None: the mix of every family)."""
     lattice_cells = lattice_cells or GENERATOR_LATTICE
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -269,17 +279,17 @@ def generate(out, sequences: int, seed: int, shard: str | None = None, workers: 
     todo = [k for k in range(i, sequences, n) if f"seq_{k:05d}.npz" not in entries]
     bar = None if quiet else ProgressBar(len(todo), "generate")
     t0 = time.perf_counter()
-    make_sequences(out, seed, todo, frames, dt, workers, index_path, sequences, shard, entries, bar, law, lattice_cells)
+    make_sequences(out, seed, todo, frames, dt, workers, index_path, sequences, shard, entries, bar, law, lattice_cells, kind)
     elapsed = time.perf_counter() - t0
     return {"written": len(todo), "seconds": elapsed, "index": str(index_path),
             "sequences_per_minute": 60.0 * len(todo) / elapsed if todo and elapsed > 0 else None}
 
 
 def make_sequences(out, seed, todo, frames, dt, workers, index_path, total, shard, entries, bar=None, law=None,
-                   lattice_cells=GENERATOR_LATTICE):
+                   lattice_cells=GENERATOR_LATTICE, kind=None):
     """Simulate and write sequences `todo` (indices), on `workers` processes, recording each in
     `entries` and the index file as it finishes (so an interrupted run resumes)."""
-    jobs = [(str(out), seed, k, frames, dt, law, lattice_cells) for k in todo]
+    jobs = [(str(out), seed, k, frames, dt, law, lattice_cells, kind) for k in todo]
 
     def record(entry):
         entries[entry["file"]] = entry

@@ -35,7 +35,7 @@ from ..core.formats import read_sequence
 from ..core.physics import material_omega2
 from ..core.progress import ProgressBar
 from ..core.scene import MATERIAL_PRESETS, resolve_material, setup_from_sequence
-from ..learned.checkpoint import default_model_path, model_for_payload, read_payload, save_checkpoint
+from ..learned.checkpoint import default_model_path, load_state, model_for_payload, read_payload, save_checkpoint
 from ..learned.integrators import differentiable_step
 from ..learned.latent_scene import LatentScene
 from ..learned.materials import DTYPE, PRESET_PARAMETERS
@@ -53,6 +53,8 @@ LEARNING_RATE = 3e-3
 MATERIAL_LEARNING_RATE = 1e-2   # a learned material is six numbers of order one
 MATERIAL_NUMBERS = tuple(n.removeprefix("log_") for n in PRESET_PARAMETERS)   # what --learn names
 NUMERIC_MATERIAL_KEYS = ("stiffness", "density", "poisson", "damping", "air_damping", "bending", "i2_share")
+CLOSURES = ("density", "dissipation")   # what a run without --material learns (`trainable_parameters`)
+CLOSURE_MODULES = {"density": "correction", "dissipation": "dissipation"}   # their StrainEnergy modules
 SAVE_EVERY_SECONDS = 300
 REFRESH_DATA_SECONDS = 300   # sequences still being generated join the run as they appear
 
@@ -73,14 +75,21 @@ class TrainItem:
         self.__dict__.pop("_projection", None)
 
 
-def load_items(model, data_dir, splits=("train",), limit=None, skip=(), fixed=None, material=None) -> list[TrainItem]:
-    """Training sequences with their latent scenes (built once: the subspace needs no training)
-    and their encoded frames. `fixed`: one resolution for every mesh (`LatentScene`);
-    `material`: the learned material every sequence is taken to be made of."""
-    entries = [e for e in load_index(data_dir) if e.get("split", "train") in splits and e["file"] not in skip]
+def data_index(data) -> list[dict]:
+    """The index entries (each with its "path") of one data folder or of several (a list)."""
+    folders = [data] if isinstance(data, (str, Path)) else list(data)
+    return [e for folder in folders for e in load_index(folder)]
+
+
+def load_items(model, data, splits=("train",), limit=None, skip=(), fixed=None, material=None) -> list[TrainItem]:
+    """Training sequences of one data folder or several (`data_index`) with their latent scenes
+    (built once: the subspace needs no training) and their encoded frames. `skip`: paths already
+    loaded. `fixed`: one resolution for every mesh (`LatentScene`); `material`: the learned
+    material every sequence is taken to be made of."""
+    entries = [e for e in data_index(data) if e.get("split", "train") in splits and e["path"] not in skip]
     items = []
     for e in entries[:limit]:
-        seq = read_sequence(Path(data_dir) / e["file"])
+        seq = read_sequence(e["path"])
         setup = setup_from_sequence(seq)
         if material:
             setup.material = dict(setup.material, preset=material)
@@ -166,7 +175,7 @@ def data_statistics(items):
 
 
 def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, log=None, progress=None, cancel=None,
-          fit_weights=False, material=None, learn=None, material_base=None):
+          fit_weights=False, material=None, learn=None, material_base=None, closures=CLOSURES):
     """Train (or fine-tune from `init`) and write the checkpoint `out`. `progress(fraction)` is
     called after each step; setting the `cancel` event stops early (the checkpoint is saved).
 
@@ -183,7 +192,9 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     which of its numbers (`MATERIAL_NUMBERS`) are learned, the others held (all if None): a material
     whose stiffness is known (reference data of a named law) learns only what the law leaves open.
     `material_base`: the material (a scene's material dict) a new learned one refines when a scene
-    names it, instead of the data's median (training always uses each sequence's own numbers)."""
+    names it, instead of the data's median (training always uses each sequence's own numbers).
+    `closures`: which of the learned closures (`CLOSURES`) a run without `material` trains; the
+    others are held as `init` has them. `data`: one folder or a list of them."""
     rank, world = distributed()
     torch.manual_seed(seed)                 # the same initial weights on every process
     rng = np.random.default_rng([seed, rank])   # each process its own batches
@@ -200,13 +211,13 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         base_meta = json.loads(read_payload(init).get("meta", "{}"))   # the model's record stays; the material is added
         params = [material_parameters(model, material, data, learn, material_base)]
     else:
-        params = trainable_parameters(model, fit_weights)
+        params = trainable_parameters(model, fit_weights, closures)
     share = SUBSPACE_SHARE if fit_weights else 0.0
     items = load_items(model, data, ("train",), material=material)
     if not items:
         raise NeurokError(f"{data}: no training sequences (split 'train')")
     val_items = load_items(model, data, ("validation",), limit=4, material=material)
-    opt = torch.optim.Adam(params, lr=MATERIAL_LEARNING_RATE if material else LEARNING_RATE)
+    opt = torch.optim.Adam(parameter_groups(model, params, material), lr=LEARNING_RATE)
     if state:
         try:
             opt.load_state_dict(state["optimizer"])
@@ -257,7 +268,7 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
                        postfix=f"{stage}={history[-1][stage]:.3g}")
         if time.perf_counter() - last_refresh > REFRESH_DATA_SECONDS:
             try:   # sequences generated since the start join (on the current field)
-                items.extend(load_items(model, data, ("train",), skip={i.entry["file"] for i in items}, material=material))
+                items.extend(load_items(model, data, ("train",), skip={i.entry["path"] for i in items}, material=material))
             except NeurokError:   # the data folder is being rewritten: go on with what is loaded
                 pass
             last_refresh = time.perf_counter()
@@ -279,15 +290,21 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     return model, history
 
 
-def trainable_parameters(model, fit_weights=False) -> list:
-    """What training changes: the density's correction (and the skinning weight field when
-    `fit_weights`; else its learned layer is held at zero: the eigenfunctions). The classical
+def trainable_parameters(model, fit_weights=False, closures=CLOSURES) -> list:
+    """What training changes: the learned closures named in `closures` -- the density's correction
+    ("density"), the damping's multipliers per kind of material ("dissipation") -- and the
+    skinning weight field when `fit_weights` (else its learned layer is held at zero: the
+    eigenfunctions). The classical
     Lame and bending scales are held at 1 (their learned layer at zero), so stiffness in Pa still
     means Pa after training (issue 24: 30 minutes of training had made every solid 5x softer
     than its slider). The correction enters the loss to first order from its start at zero
     (`materials.StrainEnergy`), so it needs no random start."""
+    unknown = set(closures) - set(CLOSURES)
+    if unknown:
+        raise NeurokError(f"--closures: unknown closure '{sorted(unknown)[0]}' (one of {', '.join(CLOSURES)})")
     scales = model.energy.scales
     held = [scales] if fit_weights else [scales, model.weight_field]
+    held += [getattr(model.energy, CLOSURE_MODULES[c]) for c in CLOSURES if c not in closures]
     with torch.no_grad():
         scales[-1].weight.zero_()
         scales[-1].bias.zero_()
@@ -298,6 +315,17 @@ def trainable_parameters(model, fit_weights=False) -> list:
         for p in module.parameters():
             p.requires_grad_(False)
     return [p for p in model.parameters() if p.requires_grad]
+
+
+def parameter_groups(model, params, material=None) -> list[dict]:
+    """Adam's groups: a learned material's numbers and the dissipation closure's (a few numbers of
+    order one each) learn at MATERIAL_LEARNING_RATE, the networks at LEARNING_RATE."""
+    if material:
+        return [{"params": params, "lr": MATERIAL_LEARNING_RATE}]
+    few = {id(p) for p in model.energy.dissipation.parameters()}
+    groups = [{"params": [p for p in params if id(p) not in few]},
+              {"params": [p for p in params if id(p) in few], "lr": MATERIAL_LEARNING_RATE}]
+    return [g for g in groups if g["params"]]
 
 
 def material_parameters(model, name: str, data, learn=None, base=None) -> torch.nn.Parameter:
@@ -326,7 +354,7 @@ def material_parameters(model, name: str, data, learn=None, base=None) -> torch.
 def median_material(data) -> dict:
     """The typical material of a data folder's training sequences: the median of each number,
     the kind (and solid law) they share. One clear error if they mix cloth and solids."""
-    mats = [read_sequence(e["path"]).material for e in load_index(data) if e.get("split", "train") == "train"]
+    mats = [read_sequence(e["path"]).material for e in data_index(data) if e.get("split", "train") == "train"]
     if not mats:
         raise NeurokError(f"{data}: no training sequences (split 'train')")
     kinds = {m["kind"] for m in mats}
@@ -354,7 +382,7 @@ def _initial_model(init, resume):
         return NeurokModel(ModelConfig()), None
     payload = read_payload(source)
     model = model_for_payload(payload)
-    model.load_state_dict(payload["state"])
+    load_state(model, payload["state"])
     if source != resume:
         return model, None
     return model, {"optimizer": payload["optimizer"], "step": int(payload["step"]), "elapsed": float(payload["elapsed"])}
@@ -375,7 +403,7 @@ def _save(out, resume, model, opt, step, elapsed, items, history, data, extra_me
     metadata): a material run keeps that record (its data ranges feed the familiarity score) and
     adds what it learned under "materials"."""
     recent = history[-50:]
-    record = {"data": str(data), "sequences": len(items), "steps": step, "seconds": round(elapsed, 1),
+    record = {"data": str(data) if isinstance(data, (str, Path)) else ", ".join(map(str, data)), "sequences": len(items), "steps": step, "seconds": round(elapsed, 1),
               "final_losses": {k: float(np.mean([h[k] for h in recent if k in h]))
                                for k in ("subspace", "dynamics") if any(k in h for h in recent)}}
     if material:
