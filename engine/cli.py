@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--closures", default="density,dissipation",
                    help="which learned closures to train, comma-separated: density (the strain energy's "
                         "correction), dissipation (the damping's multipliers per kind of material)")
+    t.add_argument("--free-run", type=_positive_int, default=None, metavar="FRAMES",
+                   help="train on rollouts of FRAMES frames from each sequence's start, as a bake runs "
+                        "(default: short rollouts from random frames)")
     budget = t.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=_positive_int)
     budget.add_argument("--minutes", type=_positive_float)
@@ -196,7 +199,8 @@ def cmd_train(args):
     train(args.data, args.out, init=args.init, steps=args.steps, minutes=args.minutes, seed=args.seed,
           fit_weights=args.fit_weights, material=args.material,
           learn=[x.strip() for x in args.learn.split(",") if x.strip()] if args.learn else None,
-          material_base=args.material_base, closures=[x.strip() for x in args.closures.split(",") if x.strip()])
+          material_base=args.material_base, closures=[x.strip() for x in args.closures.split(",") if x.strip()],
+          free_run=args.free_run)
 
 
 def cmd_eval(args):

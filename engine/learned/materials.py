@@ -190,10 +190,13 @@ class StrainEnergy(nn.Module):
         self.scales = nn.Sequential(nn.Linear(2, width), nn.SiLU(), nn.Linear(width, 3))   # mu, lambda, bending
         self.correction = nn.Sequential(nn.Linear(4, width), nn.SiLU(), nn.Linear(width, width), nn.SiLU(),
                                         nn.Linear(width, 2))
-        self.dissipation = nn.Linear(BASE_FEATURES, 2)   # log-multipliers of (beta, alpha) per material kind
-        for layer in (self.scales[-1], self.correction[-1], self.dissipation):
+        # log-multipliers of (beta, alpha) from [cloth?, solid?, poisson feature]: no bias, so what
+        # one kind's data teaches leaves the other kind's damping as it was
+        self.dissipation = nn.Linear(BASE_FEATURES + 1, 2, bias=False)
+        for layer in (self.scales[-1], self.correction[-1]):
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
+        nn.init.zeros_(self.dissipation.weight)
         self.presets = nn.ParameterDict()     # learned materials: name -> [len(PRESET_PARAMETERS)]
         self.preset_materials = {}            # name -> the material (SI numbers) its parameters refine
         self.to(DTYPE)
@@ -239,7 +242,7 @@ class StrainEnergy(nn.Module):
     def damping_scales(self, feats):
         """Multipliers of the (stiffness-proportional, mass-proportional) damping: the learned
         closure's for this kind of material, times a learned material's own."""
-        log = self._material_network(self.dissipation, self._dissipation_parameters, feats, DISSIPATION_BOUND)
+        log = self._material_network("dissipation", self._dissipation_parameters, feats, DISSIPATION_BOUND)
         if len(feats) > BASE_FEATURES:
             log = log + feats[BASE_FEATURES + 3:BASE_FEATURES + 5]
         return torch.exp(log[0]), torch.exp(log[1])
@@ -254,24 +257,30 @@ class StrainEnergy(nn.Module):
             return None
         return torch.tanh(raw)
 
-    def _material_network(self, net, params, feats, bound):
-        """A per-material network's output on the base features, bounded to +-bound. The same for
-        every call of a material outside training: cached on the parameters' version counters and
-        the material's base features (a step asks a few times per frame)."""
+    def _per_material(self, name, base):
+        if name == "scales":
+            return self.scales(base)
+        return self.dissipation(torch.cat([base[:1], 1.0 - base[:1], base[1:]]))   # [cloth?, solid?, poisson]
+
+    def _material_network(self, name, params, feats, bound):
+        """A per-material network's (`name`: scales or dissipation) output on the base features,
+        bounded to +-bound. The same for every call of a material outside training: cached on the
+        parameters' version counters and the material's base features (a step asks a few times
+        per frame)."""
         base = feats[:BASE_FEATURES]
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-            return bound * torch.tanh(net(base) / bound)
-        key = (id(net), tuple((p._version, p.data_ptr()) for p in params), tuple(base.tolist()), feats.device, feats.dtype)
+            return bound * torch.tanh(self._per_material(name, base) / bound)
+        key = (name, tuple((p._version, p.data_ptr()) for p in params), tuple(base.tolist()), feats.device, feats.dtype)
         if key not in self._scale_cache:
             if len(self._scale_cache) > 64:
                 self._scale_cache.clear()
-            self._scale_cache[key] = bound * torch.tanh(net(base) / bound)
+            self._scale_cache[key] = bound * torch.tanh(self._per_material(name, base) / bound)
         return self._scale_cache[key]
 
     def log_scales(self, feats):
         """Learned log-multipliers of (mu, lambda, bending): the scale network's, bounded to a
         factor of e^2, plus the learned material's own."""
-        net = self._material_network(self.scales, self._scale_parameters, feats, 2.0)
+        net = self._material_network("scales", self._scale_parameters, feats, 2.0)
         if len(feats) > BASE_FEATURES:
             return net + feats[BASE_FEATURES:BASE_FEATURES + 3]
         return net

@@ -94,11 +94,13 @@ class NeurokModel(nn.Module):
 
     def classical_prior(self) -> "NeurokModel":
         """Set every learned output layer to zero, in place, as an untrained model has them: the
-        density's (Lame scales, correction) and the weight field's (the handle weights are then
-        the mesh's own Laplacian eigenfunctions). The classical material in the eigenfunction
-        subspace. Returns the model."""
+        density's (Lame scales, correction), the dissipation closure's (the damping as the
+        sliders set it) and the weight field's (the handle weights are then the mesh's own
+        Laplacian eigenfunctions). The classical material in the eigenfunction subspace. Returns
+        the model."""
         with torch.no_grad():
             for layer in (self.energy.scales[-1], self.energy.correction[-1], self.weight_field.net[-1]):
                 layer.weight.zero_()
                 layer.bias.zero_()
+            self.energy.dissipation.weight.zero_()
         return self

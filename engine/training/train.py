@@ -51,6 +51,7 @@ ROLLOUT_FRAMES = (3, 6)      # rollout length grows from the first to the second
 START_NOISE = 1e-3           # std of the noise on the start latent (normalised lengths)
 LEARNING_RATE = 3e-3
 MATERIAL_LEARNING_RATE = 1e-2   # a learned material is six numbers of order one
+DISSIPATION_LEARNING_RATE = 3e-2
 MATERIAL_NUMBERS = tuple(n.removeprefix("log_") for n in PRESET_PARAMETERS)   # what --learn names
 NUMERIC_MATERIAL_KEYS = ("stiffness", "density", "poisson", "damping", "air_damping", "bending", "i2_share")
 CLOSURES = ("density", "dissipation")   # what a run without --material learns (`trainable_parameters`)
@@ -175,7 +176,7 @@ def data_statistics(items):
 
 
 def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, log=None, progress=None, cancel=None,
-          fit_weights=False, material=None, learn=None, material_base=None, closures=CLOSURES):
+          fit_weights=False, material=None, learn=None, material_base=None, closures=CLOSURES, free_run=None):
     """Train (or fine-tune from `init`) and write the checkpoint `out`. `progress(fraction)` is
     called after each step; setting the `cancel` event stops early (the checkpoint is saved).
 
@@ -194,7 +195,11 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     `material_base`: the material (a scene's material dict) a new learned one refines when a scene
     names it, instead of the data's median (training always uses each sequence's own numbers).
     `closures`: which of the learned closures (`CLOSURES`) a run without `material` trains; the
-    others are held as `init` has them. `data`: one folder or a list of them."""
+    others are held as `init` has them. `data`: one folder or a list of them.
+    `free_run`: every rollout starts at a sequence's first frames and runs this many frames, as a
+    user's bake does (None: short rollouts from random noisy frames, `ROLLOUT_FRAMES`). Short
+    windows from encoded true states teach more damping than a whole bake wants: those states
+    carry the stretch a locked subspace needs to show a fold, which damping hides (docs/MODEL_CARD.md)."""
     rank, world = distributed()
     torch.manual_seed(seed)                 # the same initial weights on every process
     rng = np.random.default_rng([seed, rank])   # each process its own batches
@@ -247,7 +252,11 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         else:
             dyn = (fraction - share) / (1.0 - share)
             frames = ROLLOUT_FRAMES[0] + int(round((ROLLOUT_FRAMES[1] - ROLLOUT_FRAMES[0]) * min(1.0, dyn)))
-            losses = [loss for loss in (rollout_loss(items[i], frames, rng) for i in picks) if loss is not None]
+            if free_run:
+                rollouts = (rollout_loss(items[i], free_run, t0=1, noise=0.0) for i in picks)
+            else:
+                rollouts = (rollout_loss(items[i], frames, rng) for i in picks)
+            losses = [loss for loss in rollouts if loss is not None]
             if not losses:
                 continue
             loss = torch.stack(losses).mean()
@@ -318,13 +327,14 @@ def trainable_parameters(model, fit_weights=False, closures=CLOSURES) -> list:
 
 
 def parameter_groups(model, params, material=None) -> list[dict]:
-    """Adam's groups: a learned material's numbers and the dissipation closure's (a few numbers of
-    order one each) learn at MATERIAL_LEARNING_RATE, the networks at LEARNING_RATE."""
+    """Adam's groups: a learned material's numbers learn at MATERIAL_LEARNING_RATE, the dissipation
+    closure's (three numbers per damping, of order one, from few long rollouts: `free_run`) at
+    DISSIPATION_LEARNING_RATE, the networks at LEARNING_RATE."""
     if material:
         return [{"params": params, "lr": MATERIAL_LEARNING_RATE}]
     few = {id(p) for p in model.energy.dissipation.parameters()}
     groups = [{"params": [p for p in params if id(p) not in few]},
-              {"params": [p for p in params if id(p) in few], "lr": MATERIAL_LEARNING_RATE}]
+              {"params": [p for p in params if id(p) in few], "lr": DISSIPATION_LEARNING_RATE}]
     return [g for g in groups if g["params"]]
 
 
