@@ -128,6 +128,11 @@ class LatentScene:
     def bending_scale(self):
         return self.model.energy.bending_scale(self.features)
 
+    def damping_scales(self):
+        """(beta, alpha) multipliers: the dissipation closure's, or a learned material's own."""
+        energy = self.model.energy
+        return energy.damping_scales(self.features, learned_material=energy.preset_for(self.setup.material) is not None)
+
     def local(self, q):
         """Local coordinates of every cubature sample (vec F, or a triangle's two edges) at q."""
         return self.offset + self.to_samples(q)

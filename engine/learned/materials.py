@@ -239,12 +239,13 @@ class StrainEnergy(nn.Module):
         params = self.presets[name] if name else torch.zeros(len(PRESET_PARAMETERS), dtype=DTYPE)
         return torch.cat([self.features(material), params])
 
-    def damping_scales(self, feats):
+    def damping_scales(self, feats, learned_material=False):
         """Multipliers of the (stiffness-proportional, mass-proportional) damping: the learned
-        closure's for this kind of material, times a learned material's own."""
+        closure's for this kind of material, or a learned material's own (`learned_material`:
+        its numbers were learned from its data as they are, so they replace the closure)."""
+        if learned_material:
+            return torch.exp(feats[BASE_FEATURES + 3]), torch.exp(feats[BASE_FEATURES + 4])
         log = self._material_network("dissipation", self._dissipation_parameters, feats, DISSIPATION_BOUND)
-        if len(feats) > BASE_FEATURES:
-            log = log + feats[BASE_FEATURES + 3:BASE_FEATURES + 5]
         return torch.exp(log[0]), torch.exp(log[1])
 
     @staticmethod

@@ -102,7 +102,7 @@ def rayleigh(scene: LatentScene, q, fast=False, hessian=None) -> Damping:
     `Damping.blocks`). `fast`: K assembled in float32; `hessian`: the exact elastic Hessian at q
     if the caller has it."""
     mat = scene.setup.material
-    beta, alpha = scene.model.energy.damping_scales(scene.features)     # a learned material's multipliers
+    beta, alpha = scene.damping_scales()
     D = float(mat.get("air_damping", 0.0)) * alpha * torch.eye(scene.dims, dtype=DTYPE, device=q.device)
     if mat.get("damping", 0.0) <= 0:
         return Damping(D)
