@@ -62,8 +62,11 @@ CHECKS = {
     "neurok train --data data/blender_cloth --init assets/neurok_default.ckpt --out my.ckpt --material blender_cloth --minutes 10":
         ("parse", "train --data data/blender_cloth --init assets/neurok_default.ckpt --out my.ckpt --material blender_cloth --minutes 10"),
     "make presets": ("make", "presets"),
-    "neurok train --data data/train_l8 --out my.ckpt [--init assets/neurok_default.ckpt] --minutes 25":
-        ("run", "-m engine train --data {data} --out {tmp}/my.ckpt --init assets/neurok_default.ckpt --steps 1"),
+    "neurok train --init assets/neurok_default.ckpt --data data/train_l8 data/train_cloth --closures dissipation --free-run 30 --out my.ckpt --minutes 20":
+        ("run", "-m engine train --init assets/neurok_default.ckpt --data {data} {data} --closures dissipation --free-run 3 "
+                "--out {tmp}/my.ckpt --steps 1"),
+    "neurok generate --out data/train_cloth --sequences 40 --seed 2 --frames 32 --kind cloth":
+        ("parse", "generate --out data/train_cloth --sequences 40 --seed 2 --frames 32 --kind cloth"),
     "neurok eval --model assets/neurok_default.ckpt --data DIR --json eval.json":
         ("wire", "eval --model assets/neurok_default.ckpt --data {data} --json {tmp}/eval.json"),
     "neurok bench --json bench.json": ("run", "-m engine bench --json {tmp}/bench.json --sizes 200 --frames 2"),

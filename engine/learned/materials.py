@@ -17,9 +17,9 @@ cloth), so the stiffness slider multiplies the whole elastic energy exactly.
   zero: an untrained model is exactly the classical material, and the loss is first order in the
   network's output from the start (an earlier mu |m(inv) - m(0)|^2 had no gradient there and did
   not move in 25 minutes of training).
-- Learned dissipation closure (`StrainEnergy.dissipation`): log-multipliers of the Rayleigh
-  damping's two parts per kind of material (read from the base features), bounded to
-  +-DISSIPATION_BOUND and zero untrained. Damping does not move a body at rest, so statics (and
+- Learned dissipation closure (`StrainEnergy.dissipation`): a log-multiplier of the Rayleigh
+  damping's stiffness-proportional part beta per kind of material (read from the base
+  features), bounded to +-DISSIPATION_BOUND and zero untrained. Damping does not move a body at rest, so statics (and
   the stiffness slider's meaning) stay the classical ones. It exists because beta K of a
   reduced model is not the reference's: a linear skinning subspace folds a sheet only by
   stretching it, so its K also damps the membrane stretch its folds carry, which the reference's
@@ -45,7 +45,7 @@ from torch import nn
 DTYPE = torch.float64
 CORRECTION_WIDTH = 32
 CORRECTION_BOUND = 0.5           # |m_j|: each correction term at most half its classical counterpart's scale
-DISSIPATION_BOUND = 1.0          # |log multiplier| of each damping the learned closure sets (e^-1 .. e^1)
+DISSIPATION_BOUND = 1.0          # |log multiplier| of the damping's beta the learned closure sets (e^-1 .. e^1)
 BASE_FEATURES = 2                # (cloth?, poisson): what the scale and correction networks read
 # a learned material's numbers, appended to the base features (all zero: the material as it is)
 PRESET_PARAMETERS = ("log_stiffness", "log_lambda", "log_bending", "log_damping", "log_air_damping", "i2_term")
@@ -190,9 +190,9 @@ class StrainEnergy(nn.Module):
         self.scales = nn.Sequential(nn.Linear(2, width), nn.SiLU(), nn.Linear(width, 3))   # mu, lambda, bending
         self.correction = nn.Sequential(nn.Linear(4, width), nn.SiLU(), nn.Linear(width, width), nn.SiLU(),
                                         nn.Linear(width, 2))
-        # log-multipliers of (beta, alpha) from [cloth?, solid?, poisson feature]: no bias, so what
-        # one kind's data teaches leaves the other kind's damping as it was
-        self.dissipation = nn.Linear(BASE_FEATURES + 1, 2, bias=False)
+        # log-multiplier of beta from [cloth?, solid?, poisson feature]: no bias, so what one kind's
+        # data teaches leaves the other kind's damping as it was
+        self.dissipation = nn.Linear(BASE_FEATURES + 1, 1, bias=False)
         for layer in (self.scales[-1], self.correction[-1]):
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
@@ -242,11 +242,13 @@ class StrainEnergy(nn.Module):
     def damping_scales(self, feats, learned_material=False):
         """Multipliers of the (stiffness-proportional, mass-proportional) damping: the learned
         closure's for this kind of material, or a learned material's own (`learned_material`:
-        its numbers were learned from its data as they are, so they replace the closure)."""
+        its numbers were learned from its data as they are, so they replace the closure). The
+        closure leaves alpha alone: alpha M is exact in the subspace (M is the exact pull-back),
+        beta K is not."""
         if learned_material:
             return torch.exp(feats[BASE_FEATURES + 3]), torch.exp(feats[BASE_FEATURES + 4])
         log = self._material_network("dissipation", self._dissipation_parameters, feats, DISSIPATION_BOUND)
-        return torch.exp(log[0]), torch.exp(log[1])
+        return torch.exp(log[0]), torch.ones((), dtype=log.dtype)
 
     @staticmethod
     def i2_weight(feats):

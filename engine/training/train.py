@@ -217,6 +217,8 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         params = [material_parameters(model, material, data, learn, material_base)]
     else:
         params = trainable_parameters(model, fit_weights, closures)
+    # a run from `init` keeps the record of the learned materials it carries on
+    kept = {k: v for k, v in json.loads(read_payload(init).get("meta", "{}")).items() if k == "materials"} if init else {}
     share = SUBSPACE_SHARE if fit_weights else 0.0
     items = load_items(model, data, ("train",), material=material)
     if not items:
@@ -284,7 +286,7 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
             if bar:
                 bar.desc = f"train ({len(items)} seq)"
         if rank == 0 and time.perf_counter() - last_save > SAVE_EVERY_SECONDS:
-            _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data,
+            _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data, kept,
                   material=(material, base_meta) if material else None)
             last_save = time.perf_counter()
     if bar:
@@ -292,7 +294,7 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     agree = ranks_agree(model, world)
     if rank == 0:
         _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data,
-              {"ranks": world, "ranks_identical": agree} if world > 1 else None,
+              dict(kept, **({"ranks": world, "ranks_identical": agree} if world > 1 else {})),
               material=(material, base_meta) if material else None)
         if val_items and not quiet:
             print(f"validation: {validation_summary(model, val_items)}")
@@ -301,7 +303,7 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
 
 def trainable_parameters(model, fit_weights=False, closures=CLOSURES) -> list:
     """What training changes: the learned closures named in `closures` -- the density's correction
-    ("density"), the damping's multipliers per kind of material ("dissipation") -- and the
+    ("density"), the damping's beta multiplier per kind of material ("dissipation") -- and the
     skinning weight field when `fit_weights` (else its learned layer is held at zero: the
     eigenfunctions). The classical
     Lame and bending scales are held at 1 (their learned layer at zero), so stiffness in Pa still
@@ -328,7 +330,7 @@ def trainable_parameters(model, fit_weights=False, closures=CLOSURES) -> list:
 
 def parameter_groups(model, params, material=None) -> list[dict]:
     """Adam's groups: a learned material's numbers learn at MATERIAL_LEARNING_RATE, the dissipation
-    closure's (three numbers per damping, of order one, from few long rollouts: `free_run`) at
+    closure's (three numbers of order one, from few long rollouts: `free_run`) at
     DISSIPATION_LEARNING_RATE, the networks at LEARNING_RATE."""
     if material:
         return [{"params": params, "lr": MATERIAL_LEARNING_RATE}]
