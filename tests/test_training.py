@@ -208,4 +208,5 @@ def test_a_free_sheet_teaches_every_rollout_and_the_dissipation_closure(tmp_path
     cloth, solid = energy.features({"kind": "cloth"}), energy.features({"kind": "solid", "poisson": 0.3})
     assert float(energy.damping_scales(cloth)[0]) == pytest.approx(float(np.exp(np.tanh(-0.5))))   # bounded by e^+-1
     assert [float(s) for s in energy.damping_scales(solid)] == [1.0, 1.0]
-    assert float(energy.damping_scales(cloth, learned_material=True)[0]) == 1.0   # a learned material's own numbers
+    own = energy.features_for({"kind": "cloth"})                 # a learned material's own numbers (here at zero)
+    assert float(energy.damping_scales(own, learned_material=True)[0]) == 1.0
