@@ -489,7 +489,10 @@ def _generated(suite, bench_result, scenes, command) -> str:
         parts.append(suite["source"])
     mm = suite.get("model_meta") or {}
     model = dict(model=_rel(suite["model"]), latent=scenes.get("oracle", {}).get("model_latent") or "unknown")
-    if str(mm.get("density", "")).startswith("classical prior"):
+    if mm.get("closures") == ["dissipation"]:
+        parts.append(say("model_dissipation", steps=mm.get("steps"), minutes=_minutes(mm.get("seconds")),
+                         sequences=mm.get("sequences"), frames=mm.get("free_run") or "short", **model))
+    elif str(mm.get("density", "")).startswith("classical prior"):
         parts.append(say("model_prior", steps=mm.get("steps"), minutes=_minutes(mm.get("seconds")), **model))
     elif mm.get("steps"):
         parts.append(say("model_trained", steps=mm.get("steps"), minutes=_minutes(mm.get("seconds")),

@@ -287,7 +287,7 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
                 bar.desc = f"train ({len(items)} seq)"
         if rank == 0 and time.perf_counter() - last_save > SAVE_EVERY_SECONDS:
             _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data, kept,
-                  material=(material, base_meta) if material else None)
+                  material=(material, base_meta) if material else None, closures=closures, free_run=free_run)
             last_save = time.perf_counter()
     if bar:
         bar.close()
@@ -295,7 +295,7 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     if rank == 0:
         _save(out, resume, model, opt, step, time.perf_counter() - t_start, items, history, data,
               dict(kept, **({"ranks": world, "ranks_identical": agree} if world > 1 else {})),
-              material=(material, base_meta) if material else None)
+              material=(material, base_meta) if material else None, closures=closures, free_run=free_run)
         if val_items and not quiet:
             print(f"validation: {validation_summary(model, val_items)}")
     return model, history
@@ -410,7 +410,8 @@ def ranks_agree(model, world) -> bool:
     return all(torch.equal(gathered[0], g) for g in gathered[1:])
 
 
-def _save(out, resume, model, opt, step, elapsed, items, history, data, extra_meta=None, material=None):
+def _save(out, resume, model, opt, step, elapsed, items, history, data, extra_meta=None, material=None,
+          closures=CLOSURES, free_run=None):
     """Write the checkpoint and its resume state. `material`: (name, the initial checkpoint's
     metadata): a material run keeps that record (its data ranges feed the familiarity score) and
     adds what it learned under "materials"."""
@@ -425,7 +426,7 @@ def _save(out, resume, model, opt, step, elapsed, items, history, data, extra_me
     else:
         meta = data_statistics(items)
         meta.update(extra_meta or {})
-        meta.update(record)
+        meta.update(record, closures=list(closures), free_run=free_run)
     save_checkpoint(out, model, meta)
     save_checkpoint(resume, model, meta, extra={"optimizer": opt.state_dict(), "step": step, "elapsed": elapsed})
 
