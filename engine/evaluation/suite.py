@@ -206,7 +206,7 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
     suite = {"preset": preset, "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
              "overrides": {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()},
              "model": model_path, "model_arg": model_arg,
-             "model_meta": {k: meta.get(k) for k in ("data", "sequences", "steps", "seconds", "final_losses", "density")},
+             "model_meta": {k: meta.get(k) for k in ("data", "sequences", "steps", "seconds", "final_losses", "density", "closures", "free_run")},
              "training_data": train_data, "eval_data": str(data), "out": str(out), "timings_s": timings, "physics": physics_info,
              "source": source_description(),
              "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
