@@ -133,9 +133,9 @@ def stiffness_psd(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tens
     vals, vecs = torch.linalg.eigh(K.detach())
     projected = (vecs * vals.clamp(min=0.0)) @ vecs.T
     if K.requires_grad:
-        # eigh's gradient is NaN where eigenvalues repeat, as a free body's rigid modes do: every
-        # training rollout of an unpinned body had NaN gradients and was skipped. K's own
-        # gradient instead (exact where K is semi-definite already, as it is near rest).
+        # eigh's gradient is NaN where eigenvalues repeat, as a free body's rigid modes do, and a
+        # NaN gradient skips its batch's training step. K's own gradient instead (exact where K
+        # is semi-definite already, as it is near rest).
         return K + (projected - K).detach()
     return projected
 
