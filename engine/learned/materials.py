@@ -466,7 +466,8 @@ def project_psd(H):
     """Nearest positive semi-definite matrices of a batch of symmetric ones (NaN stays NaN, so
     a state that is not valid fails the step instead of raising here). Under autograd the
     gradient is the unprojected matrix's: eigh's is NaN where eigenvalues repeat (a cloth
-    sample's), and it made every cloth training rollout's gradient NaN."""
+    sample's), and a NaN gradient skipped its batch's training step (9 of 20 cloth rollouts:
+    tools/training_rollouts.py)."""
     H = 0.5 * (H + H.transpose(-1, -2))
     _, info = torch.linalg.cholesky_ex(H)
     indefinite = info > 0                     # most samples near rest are positive definite already
