@@ -462,12 +462,18 @@ def isochoric_difference_terms(y, need_hess=True):
     return value, g, vmap(hessian(_isochoric_difference_one))(y)
 
 
+def with_gradient_of(original, projected):
+    """`projected` (made from `original` detached) carrying `original`'s gradient: eigh's
+    gradient is NaN where eigenvalues repeat (a cloth sample's, a free body's rigid modes), and a
+    NaN gradient skipped its batch's training step (9 of 20 cloth rollouts:
+    tools/training_rollouts.py). Exact where `original` is positive semi-definite already."""
+    return original + (projected - original).detach() if original.requires_grad else projected
+
+
 def project_psd(H):
     """Nearest positive semi-definite matrices of a batch of symmetric ones (NaN stays NaN, so
     a state that is not valid fails the step instead of raising here). Under autograd the
-    gradient is the unprojected matrix's: eigh's is NaN where eigenvalues repeat (a cloth
-    sample's), and a NaN gradient skipped its batch's training step (9 of 20 cloth rollouts:
-    tools/training_rollouts.py)."""
+    gradient is the unprojected matrix's (`with_gradient_of`)."""
     H = 0.5 * (H + H.transpose(-1, -2))
     _, info = torch.linalg.cholesky_ex(H)
     indefinite = info > 0                     # most samples near rest are positive definite already
@@ -479,5 +485,5 @@ def project_psd(H):
         vals, vecs = torch.linalg.eigh((Hi / scale).detach())
         projected = scale.detach() * ((vecs * vals.clamp(min=0.0).unsqueeze(-2)) @ vecs.transpose(-1, -2))
         H = H.clone()
-        H[indefinite] = Hi + (projected - Hi).detach() if Hi.requires_grad else projected
+        H[indefinite] = with_gradient_of(Hi, projected)
     return H

@@ -22,7 +22,7 @@ import torch
 
 from . import interactions
 from .latent_scene import LatentScene
-from .materials import DTYPE
+from .materials import DTYPE, with_gradient_of
 
 
 @dataclass
@@ -131,13 +131,7 @@ def stiffness_psd(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tens
         vals, vecs = torch.linalg.eigh(K.to(torch.float32))
         return ((vecs * vals.clamp(min=0.0)) @ vecs.T).to(K.dtype)
     vals, vecs = torch.linalg.eigh(K.detach())
-    projected = (vecs * vals.clamp(min=0.0)) @ vecs.T
-    if K.requires_grad:
-        # eigh's gradient is NaN where eigenvalues repeat, as a free body's rigid modes do, and a
-        # NaN gradient skips its batch's training step. K's own gradient instead (exact where K
-        # is semi-definite already, as it is near rest).
-        return K + (projected - K).detach()
-    return projected
+    return with_gradient_of(K, (vecs * vals.clamp(min=0.0)) @ vecs.T)
 
 
 def elastic(q, ctx, scene: LatentScene | None = None, need_hess=True, extra=None) -> Terms:
