@@ -7,12 +7,15 @@ reference's frames, the model's and the oracle's), the **reach** of a skinning s
 closest its coordinates come to each reference frame (least squares over the vertices), scored
 like the model (rel_l2 = mean vertex distance / rest bounding-box diagonal, frames 1..T-1, and
 over hold-still). It is a floor no dynamics in that subspace can go under. Printed at the
-model's own handle count (`subspace.resolution`, medium detail) and at each of `--handles`.
+model's own handle count (`subspace.resolution`, medium detail) and at each of `--handles`, with
+the mean edge strain of those nearest states beside the reference's own (`edge_strain`).
 
 Read it as: reach far below the model and the oracle (the physics-exact reduced model with as
-many handles) -> the subspace can show the motion and the reduced dynamics miss it (Galerkin
-projection of the full physics is not the projection of its motion); reach near them -> the
-subspace is the limit, and more handles (or other weights) are what would help.
+many handles) with the nearest states' strain near the reference's -> the subspace can show the
+motion and the reduced dynamics miss it (Galerkin projection of the full physics is not the
+projection of its motion); reach near them, or nearest states strained far beyond the
+reference's (a locking subspace: it comes near a fold only by stretching, which its own energy
+forbids) -> the subspace is the limit, and more handles or other weights are what would help.
 """
 from __future__ import annotations
 
@@ -29,6 +32,14 @@ SHEETS = ("flag_wind", "grid")
 
 def rel_l2(pred, true, diag) -> float:
     return float((np.linalg.norm(pred - true, axis=-1).mean(axis=-1) / diag)[1:].mean())
+
+
+def edge_strain(frames, faces) -> float:
+    """Mean |l/L - 1| over the mesh's edges and frames 1..T-1: what it costs a membrane to be there."""
+    edges = np.unique(np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), 1), axis=0)
+    rest = np.linalg.norm(frames[0][edges[:, 0]] - frames[0][edges[:, 1]], axis=-1)
+    length = np.linalg.norm(frames[1:, edges[:, 0]] - frames[1:, edges[:, 1]], axis=-1)
+    return float(np.abs(length / rest - 1.0).mean())
 
 
 def reach(frames, faces, kind, handles, lattice_cells) -> np.ndarray:
@@ -60,7 +71,7 @@ def main(argv=None) -> int:
     cfg = ModelConfig()
     counts = [int(h) for h in args.handles.split(",") if h]
     print("scene | handles (model's) | model | oracle | reach at the model's handles | reach at " +
-          " / ".join(map(str, counts)) + " handles  (x hold-still)")
+          " / ".join(map(str, counts)) + " handles  (x hold-still) | mean edge strain: reference, nearest states at the model's handles")
     for f in files:
         d = np.load(f)
         true = d["reference"].astype(np.float64)
@@ -69,13 +80,15 @@ def main(argv=None) -> int:
         diag = float(np.linalg.norm(np.ptp(true[0], axis=0)))
         still = rel_l2(np.repeat(true[:1], len(true), 0), true, diag)
         own = resolution(true[0], faces, kind, cfg.handles, cfg.lattice_cells)
+        nearest = reach(true, faces, kind, own.handles, own.lattice_cells)
         row = [rel_l2(d["neurok"].astype(np.float64), true, diag), rel_l2(d["oracle"].astype(np.float64), true, diag),
-               rel_l2(reach(true, faces, kind, own.handles, own.lattice_cells), true, diag)]
+               rel_l2(nearest, true, diag)]
         row += [rel_l2(reach(true, faces, kind, h, max(own.lattice_cells, int(np.ceil(2.5 * np.sqrt(h))))), true, diag)
                 for h in counts]
         cells = " | ".join(f"{v:.4f} ({v / still:.2f}x)" for v in row[:3]) + " | " + \
             " / ".join(f"{v / still:.2f}x" for v in row[3:])
-        print(f"{f.stem} | {own.handles} | {cells}", flush=True)
+        strain = f"{100 * edge_strain(true, faces):.2f} %, {100 * edge_strain(nearest, faces):.2f} %"
+        print(f"{f.stem} | {own.handles} | {cells} | {strain}", flush=True)
     return 0
 
 

@@ -1,0 +1,49 @@
+"""Frame by frame, where a held-out scene's model and oracle part from the reference.
+
+    .venv/bin/python tools/scene_frames.py [flag_wind grid ...] [--scenes eval_out/small/scenes] [--every 1] [--frames 14]
+
+Reads the frames `make eval-small` keeps (eval_out/small/scenes/NAME.npz: the reference, the
+model and the oracle, exact physics in the model's coordinates) and prints, per frame, the
+displacement of each one's centroid from its frame 0 (mm) and the model's and the oracle's
+distance to the reference (mean over vertices, over the rest bounding box's diagonal: the
+evaluation's rel_l2 of that frame). A scene whose error grows while the centroids agree is
+out of phase or out of shape; one whose centroid lags is held back as a whole.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+
+def frame_table(path: Path, every: int, frames: int) -> list[str]:
+    data = np.load(path)
+    ref = data["reference"]
+    diagonal = float(np.linalg.norm(ref[0].max(0) - ref[0].min(0)))
+    rows = [f"{path.stem}: frame | centroid moved (mm x, y, z): reference / model / oracle | distance: model, oracle"]
+    for t in range(0, min(frames, len(ref)), every):
+        moved = [np.round(1000.0 * (data[k][t] - data[k][0]).mean(0), 1) for k in ("reference", "neurok", "oracle")]
+        distance = [float(np.linalg.norm(data[k][t] - ref[t], axis=-1).mean()) / diagonal for k in ("neurok", "oracle")]
+        rows.append(f"  {t:3d} | {moved[0]} / {moved[1]} / {moved[2]} | {distance[0]:.3f}, {distance[1]:.3f}")
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="*", default=["flag_wind", "grid"])
+    p.add_argument("--scenes", default="eval_out/small/scenes")
+    p.add_argument("--every", type=int, default=1)
+    p.add_argument("--frames", type=int, default=14)
+    args = p.parse_args(argv)
+    for name in args.names:
+        path = Path(args.scenes) / f"{name}.npz"
+        if not path.is_file():
+            print(f"{path} is missing: run make eval-small first")
+            return 1
+        print("\n".join(frame_table(path, args.every, args.frames)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
