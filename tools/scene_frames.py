@@ -4,8 +4,9 @@
 
 Reads the frames `make eval-small` keeps (eval_out/small/scenes/NAME.npz: the reference, the
 model and the oracle, exact physics in the model's coordinates) and prints, per frame, the
-displacement of each one's centroid from its frame 0 (mm) and the model's and the oracle's
-distance to the reference (mean over vertices, over the rest bounding box's diagonal: the
+displacement of each one's centroid from its frame 0 (mm), the same for its far edge where the
+scene is pinned (the twentieth of the vertices farthest from those the reference holds),
+and the model's and the oracle's distance to the reference (mean over vertices, over the rest bounding box's diagonal: the
 evaluation's rel_l2 of that frame). A scene whose error grows while the centroids agree is
 out of phase or out of shape; one whose centroid lags is held back as a whole.
 """
@@ -17,15 +18,30 @@ from pathlib import Path
 import numpy as np
 
 
+def far_edge(ref) -> np.ndarray | None:
+    """The twentieth of the vertices farthest from those the reference holds (pins are stiff springs:
+    they move under a millimetre; None if none does)."""
+    held = np.abs(ref - ref[0]).max(axis=(0, 2)) < 1e-3
+    if not held.any():
+        return None
+    distance = np.linalg.norm(ref[0] - ref[0][held].mean(0), axis=-1)
+    return np.argsort(distance)[-max(1, len(distance) // 20):]
+
+
 def frame_table(path: Path, every: int, frames: int) -> list[str]:
     data = np.load(path)
     ref = data["reference"]
     diagonal = float(np.linalg.norm(ref[0].max(0) - ref[0].min(0)))
-    rows = [f"{path.stem}: frame | centroid moved (mm x, y, z): reference / model / oracle | distance: model, oracle"]
+    far = far_edge(ref)
+    runs = ("reference", "neurok", "oracle")
+    rows = [f"{path.stem}: frame | centroid moved (mm x, y, z): reference / model / oracle"
+            + (" | far edge moved: reference / model / oracle" if far is not None else "") + " | distance: model, oracle"]
     for t in range(0, min(frames, len(ref)), every):
-        moved = [np.round(1000.0 * (data[k][t] - data[k][0]).mean(0), 1) for k in ("reference", "neurok", "oracle")]
-        distance = [float(np.linalg.norm(data[k][t] - ref[t], axis=-1).mean()) / diagonal for k in ("neurok", "oracle")]
-        rows.append(f"  {t:3d} | {moved[0]} / {moved[1]} / {moved[2]} | {distance[0]:.3f}, {distance[1]:.3f}")
+        moved = [np.round(1000.0 * (data[k][t] - data[k][0]).mean(0), 1) for k in runs]
+        distance = [float(np.linalg.norm(data[k][t] - ref[t], axis=-1).mean()) / diagonal for k in runs[1:]]
+        edge = "" if far is None else " | " + " / ".join(
+            str(np.round(1000.0 * (data[k][t][far] - data[k][0][far]).mean(0), 1)) for k in runs)
+        rows.append(f"  {t:3d} | {moved[0]} / {moved[1]} / {moved[2]}{edge} | {distance[0]:.3f}, {distance[1]:.3f}")
     return rows
 
 
