@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     cfg = ModelConfig()
     counts = [int(h) for h in args.handles.split(",") if h]
     print("scene | handles (model's) | model | oracle | reach at the model's handles | reach at " +
-          " / ".join(map(str, counts)) + " handles  (x hold-still) | mean edge strain: reference, nearest states at the model's handles")
+          " / ".join(map(str, counts)) + " handles  (x hold-still) | mean edge strain: reference, nearest states at the model's handles / at each count")
     for f in files:
         d = np.load(f)
         true = d["reference"].astype(np.float64)
@@ -83,11 +83,12 @@ def main(argv=None) -> int:
         nearest = reach(true, faces, kind, own.handles, own.lattice_cells)
         row = [rel_l2(d["neurok"].astype(np.float64), true, diag), rel_l2(d["oracle"].astype(np.float64), true, diag),
                rel_l2(nearest, true, diag)]
-        row += [rel_l2(reach(true, faces, kind, h, max(own.lattice_cells, int(np.ceil(2.5 * np.sqrt(h))))), true, diag)
-                for h in counts]
+        more = [reach(true, faces, kind, h, max(own.lattice_cells, int(np.ceil(2.5 * np.sqrt(h))))) for h in counts]
+        row += [rel_l2(m, true, diag) for m in more]
         cells = " | ".join(f"{v:.4f} ({v / still:.2f}x)" for v in row[:3]) + " | " + \
             " / ".join(f"{v / still:.2f}x" for v in row[3:])
-        strain = f"{100 * edge_strain(true, faces):.2f} %, {100 * edge_strain(nearest, faces):.2f} %"
+        strain = f"{100 * edge_strain(true, faces):.2f} %, " + " / ".join(
+            f"{100 * edge_strain(m, faces):.2f} %" for m in [nearest] + more)
         print(f"{f.stem} | {own.handles} | {cells} | {strain}", flush=True)
     return 0
 
