@@ -151,12 +151,16 @@ def test_elastic_energy_refuses_an_inverted_state(model):
     assert all(b > a for a, b in zip(energies, energies[1:])) and energies[-1] > 10 * energies[0]
 
 
-@pytest.mark.parametrize("family,seed,per_sample", (("box", 1, False), ("box", 1, True), ("sheet", 0, False)))
-def test_step_gradient_is_the_gradient_of_the_incremental_potential(model, family, seed, per_sample, monkeypatch):
+@pytest.mark.parametrize("family,seed,per_sample,compression", (("box", 1, False, 1.0), ("box", 1, True, 1.0),
+                                                              ("sheet", 0, False, 1.0), ("sheet", 0, False, 0.25)))
+def test_step_gradient_is_the_gradient_of_the_incremental_potential(model, family, seed, per_sample, compression,
+                                                                     monkeypatch):
     """`per_sample`: the damping's stiffness kept sample by sample and applied without assembling
-    it, as in subspaces past `terms.REDUCED_PROJECTION_DIMS` coordinates (this sheet's)."""
+    it, as in subspaces past `terms.REDUCED_PROJECTION_DIMS` coordinates (this sheet's).
+    `compression`: a tension-field membrane (compressed edges at that share of the stiffness)."""
     if per_sample:
         monkeypatch.setattr("engine.learned.terms.REDUCED_PROJECTION_DIMS", 0)
+    monkeypatch.setattr(model.energy, "cloth_compression", compression)
     mesh = shape(family, seed)
     setup = make_setup(mesh, frames=4, floor={"z": float(mesh.vertices[:, 2].min()) + 0.05 * diagonal(mesh)},
                        pins=[{"select": {"box": {"min": [0, 0, 0], "max": [0.2, 1, 1]}}}],

@@ -11,7 +11,10 @@ reference frames, changed one way at a time:
   varies with the invariants and the material, but if no constant weights help, training has
   little to find there;
 - `--material "key=factor,...;..."`: the scene's material numbers scaled (stiffness, bending,
-  damping, air_damping) in the model only: what a learned material scale would do.
+  damping, air_damping) in the model only: what a learned material scale would do;
+- `--compression "c;..."`: a sheet's membrane with compressed edges at c of its stiffness (a
+  tension-field membrane, `StrainEnergy.cloth_compression`): the usual stand-in for wrinkles a
+  coarse sheet cannot form.
 Prints rel_l2 over the whole rollout and over frames 1..24 (x hold-still), and beside them the lowest
 volume / rest, the mean edge strain (and it over the reference's) and the largest share of flipped
 triangles (`prior_vs_trained.measures`), per scene; a run whose step cannot be solved says so.
@@ -43,6 +46,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="toy_drop,jelly_poke,flag_wind,torus,grid")
     p.add_argument("--correction", default="", help='constant weights "m1,m2;m1,m2"')
     p.add_argument("--material", default="", help='model-only material factors "key=f,key=f;key=f"')
+    p.add_argument("--compression", default="", help='a compressed cloth edge\'s share of the membrane stiffness "0.5;0.25"')
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     engine = open_engine("neurok", model=None, device="cpu")
@@ -51,6 +55,7 @@ def main(argv=None) -> int:
     variants += [(f"correction {c}", [float(v) for v in c.split(",")], {}) for c in args.correction.split(";") if c]
     variants += [(f"material {m}", None, dict((kv.split("=")[0], float(kv.split("=")[1])) for kv in m.split(",")))
                  for m in args.material.split(";") if m]
+    variants += [(f"compression {c}", None, {"compression": float(c)}) for c in args.compression.split(";") if c]
     cases, notes = evaluation_scenes(args.only.split(","), 36, Path(args.scenes).parent / "meshes")
     for name, _, mesh, scene, _ in cases:
         path = Path(args.scenes) / f"{name}.npz"
@@ -69,6 +74,10 @@ def main(argv=None) -> int:
                 last.weight.zero_()
                 last.bias.copy_(torch.tensor([math.atanh(w / CORRECTION_BOUND) for w in (weights or (0.0, 0.0))],
                                              dtype=last.bias.dtype))
+            factors = dict(factors)
+            engine.model.energy.cloth_compression = factors.pop("compression", 1.0)
+            if "compression" in label and material.get("kind") != "cloth":
+                continue
             if factors and not all(k in material for k in factors):
                 continue                         # e.g. bending on a solid
             changed = copy.deepcopy(scene)

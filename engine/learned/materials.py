@@ -197,6 +197,7 @@ class StrainEnergy(nn.Module):
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
         nn.init.zeros_(self.dissipation.weight)
+        self.cloth_compression = 1.0          # a compressed edge's share of the membrane stiffness (a what-if knob)
         self.presets = nn.ParameterDict()     # learned materials: name -> [len(PRESET_PARAMETERS)]
         self.preset_materials = {}            # name -> the material (SI numbers) its parameters refine
         self.to(DTYPE)
@@ -392,10 +393,19 @@ class StrainEnergy(nn.Module):
 
     # ----- cloth: local coordinates are the two edges (x1 - x0, x2 - x0) of a sample triangle
 
+    def _compression_weights(self, strain):
+        """Per edge: 1 stretched, `cloth_compression` compressed (None while that is 1: the
+        reference's membrane). Below 1 it is a tension-field membrane, the usual stand-in for the
+        wrinkles a coarse sheet cannot form (tools/learning_headroom.py --compression)."""
+        if self.cloth_compression == 1.0:
+            return None
+        return torch.where(strain < 0, torch.full_like(strain, self.cloth_compression), torch.ones_like(strain))
+
     def cloth_energy(self, y, rest_lengths, feats):
         strain = torch.linalg.norm(_edges(y), dim=-1) / rest_lengths - 1.0
         s = self.log_scales(feats)
-        psi = torch.exp(s[0]) * (strain ** 2).sum(-1) / 6.0
+        w = self._compression_weights(strain)
+        psi = torch.exp(s[0]) * ((strain ** 2) if w is None else w * strain ** 2).sum(-1) / 6.0
         if self.corrected():
             s1, s2 = strain.sum(-1), (strain ** 2).sum(-1)
             psi = psi + self._correction(torch.stack([s1, s2], -1), cloth_correction_terms(s1, s2), feats, False)[0] / 3.0
@@ -409,9 +419,11 @@ class StrainEnergy(nn.Module):
         strain = length / rest_lengths - 1.0
         unit = e / length[..., None]
         scale = torch.exp(self.log_scales(feats)[0])
-        psi = scale * (strain ** 2).sum(-1) / 6.0
+        w = self._compression_weights(strain)
+        weighted = strain if w is None else w * strain
+        psi = scale * (strain * weighted).sum(-1) / 6.0
         # d strain_e / dy is +-unit_e / rest_e in the slots of the edge's ends (edge 2 = y[3:] - y[:3])
-        pull = ((scale / 3.0) * strain / rest_lengths)[..., None] * unit
+        pull = ((scale / 3.0) * weighted / rest_lengths)[..., None] * unit
         grad = torch.cat([pull[:, 0] - pull[:, 2], pull[:, 1] + pull[:, 2]], -1)
         correction = self.corrected()
         if correction or need_hess:
@@ -427,8 +439,9 @@ class StrainEnergy(nn.Module):
         # membrane Hessian; projected: with the compressive part dropped (as the reference does)
         proj = torch.eye(3, dtype=y.dtype, device=y.device) - unit[..., :, None] * unit[..., None, :]
         d2e = torch.einsum("eia,keij,ejb->keab", S, proj, S) / (rest_lengths * length)[..., None, None]
-        bend_in = strain.clamp(min=0.0) if project else strain
-        hess = scale / 3.0 * (torch.einsum("kea,keb->kab", de, de) + torch.einsum("ke,keab->kab", bend_in, d2e))
+        bend_in = weighted.clamp(min=0.0) if project else weighted
+        stiff = de if w is None else w[..., None] * de
+        hess = scale / 3.0 * (torch.einsum("kea,keb->kab", stiff, de) + torch.einsum("ke,keab->kab", bend_in, d2e))
         if correction:   # Gauss-Newton in the invariants (their own curvature left out), made PSD
             hess = hess + dinv.transpose(-1, -2) @ project_psd(S_c / 3.0) @ dinv
         return psi, grad, hess
