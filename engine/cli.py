@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--init", help="checkpoint to start from (fine-tuning)")
     t.add_argument("--closures", default="density,dissipation",
                    help="which learned closures to train, comma-separated: density (the strain energy's "
-                        "correction), dissipation (the damping's beta multiplier per kind of material)")
+                        "correction), dissipation (the damping's beta multiplier per kind of material), "
+                        "compression (a compressed cloth edge's share of the membrane stiffness)")
     t.add_argument("--free-run", type=_positive_int, default=None, metavar="FRAMES",
                    help="train on rollouts of FRAMES frames from each sequence's start, as a bake runs "
                         "(default: short rollouts from random frames)")

@@ -82,10 +82,10 @@ def model_for_payload(payload) -> NeurokModel:
 
 def load_state(model, state):
     """A checkpoint's weights into `model`. A checkpoint saved before the learned skinning weights
-    or the dissipation closure existed leaves them at zero (the eigenfunctions, the classical
+    or the dissipation or compression closures existed leaves them at zero (the eigenfunctions, the classical
     damping), which is what that model ran with; any other mismatch raises."""
     missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or any(not k.startswith(("weight_field.", "energy.dissipation.")) for k in missing):
+    if unexpected or any(not k.startswith(("weight_field.", "energy.dissipation.", "energy.compression.")) for k in missing):
         model.load_state_dict(state)   # raises with the mismatch
 
 

@@ -117,16 +117,21 @@ class LatentScene:
         """Dimensionless strain energy per sample from local coordinates [K, 9 | 6] (nan where inverted)."""
         if self.kind == "solid":
             return self.model.energy.solid_energy(local, self.features, self.mu, self.lam)
-        return self.model.energy.cloth_energy(local, self.rest_lengths, self.features)
+        return self.model.energy.cloth_energy(local, self.rest_lengths, self.features, self.compression_share())
 
     def density_terms(self, local, need_hess=True, project=True):
         """(psi [K], dpsi [K,m], d2psi [K,m,m] (PSD if `project`) or None) per sample."""
         if self.kind == "solid":
             return self.model.energy.solid(local, self.features, self.mu, self.lam, need_hess, project)
-        return self.model.energy.cloth(local, self.rest_lengths, self.features, need_hess, project)
+        return self.model.energy.cloth(local, self.rest_lengths, self.features, need_hess, project, self.compression_share())
 
     def bending_scale(self):
         return self.model.energy.bending_scale(self.features)
+
+    def compression_share(self):
+        """A compressed cloth edge's share of the membrane stiffness (None: all of it)."""
+        energy = self.model.energy
+        return energy.compression_share(self.features, learned_material=energy.preset_for(self.setup.material) is not None)
 
     def damping_scales(self):
         """(beta, alpha) multipliers: the dissipation closure's, or a learned material's own."""

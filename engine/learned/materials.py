@@ -25,6 +25,12 @@ cloth), so the stiffness slider multiplies the whole elastic energy exactly.
   stretching it, so its K also damps the membrane stretch its folds carry, which the reference's
   folds do not have (a flag in wind came 0.306x -> 0.249x hold-still with beta halved in the
   model; docs/MODEL_CARD.md, "What limits the model now").
+- Learned compression closure (`StrainEnergy.compression`): a log-multiplier, per kind of
+  material, of a compressed cloth edge's share of the membrane stiffness, bounded to
+  +-COMPRESSION_BOUND and zero untrained (the reference's membrane). Below 1 it is a tension-field
+  membrane: the reference's fine sheet wrinkles where it is compressed, which a sheet in a few
+  dozen smooth handles cannot, so it pays for compression the reference does not
+  (docs/MODEL_CARD.md). A stretched edge, and so a hanging sheet's statics, is untouched.
 - Learned materials (presets): a few numbers per material, learned from data only (Blender's own
   cloth bakes, a Mooney-Rivlin rubber, a user's bake): log-multipliers of the material's stiffness,
   Lame lambda, bending and both dampings, and the weight c of the second-invariant term
@@ -46,6 +52,7 @@ DTYPE = torch.float64
 CORRECTION_WIDTH = 32
 CORRECTION_BOUND = 0.5           # |m_j|: each correction term at most half its classical counterpart's scale
 DISSIPATION_BOUND = 1.0          # |log multiplier| of the damping's beta the learned closure sets (e^-1 .. e^1)
+COMPRESSION_BOUND = 3.0          # |log| of a compressed cloth edge's share of the membrane stiffness (e^-3 .. e^3)
 BASE_FEATURES = 2                # (cloth?, poisson): what the scale and correction networks read
 # a learned material's numbers, appended to the base features (all zero: the material as it is)
 PRESET_PARAMETERS = ("log_stiffness", "log_lambda", "log_bending", "log_damping", "log_air_damping", "i2_term")
@@ -193,10 +200,13 @@ class StrainEnergy(nn.Module):
         # log-multiplier of beta from [cloth?, solid?, poisson feature]: no bias, so what one kind's
         # data teaches leaves the other kind's damping as it was
         self.dissipation = nn.Linear(BASE_FEATURES + 1, 1, bias=False)
+        # log of a compressed cloth edge's share of the membrane stiffness, from the same features
+        self.compression = nn.Linear(BASE_FEATURES + 1, 1, bias=False)
         for layer in (self.scales[-1], self.correction[-1]):
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
         nn.init.zeros_(self.dissipation.weight)
+        nn.init.zeros_(self.compression.weight)
         self.cloth_compression = 1.0          # a compressed edge's share of the membrane stiffness (a what-if knob)
         self.presets = nn.ParameterDict()     # learned materials: name -> [len(PRESET_PARAMETERS)]
         self.preset_materials = {}            # name -> the material (SI numbers) its parameters refine
@@ -205,6 +215,7 @@ class StrainEnergy(nn.Module):
         self._scale_cache = {}
         self._scale_parameters = tuple(self.scales.parameters())   # the same objects after load_state_dict / .to()
         self._dissipation_parameters = tuple(self.dissipation.parameters())
+        self._compression_parameters = tuple(self.compression.parameters())
 
     @staticmethod
     def features(material: dict) -> torch.Tensor:
@@ -264,10 +275,10 @@ class StrainEnergy(nn.Module):
     def _per_material(self, name, base):
         if name == "scales":
             return self.scales(base)
-        return self.dissipation(torch.cat([base[:1], 1.0 - base[:1], base[1:]]))   # [cloth?, solid?, poisson]
+        return getattr(self, name)(torch.cat([base[:1], 1.0 - base[:1], base[1:]]))   # [cloth?, solid?, poisson]
 
     def _material_network(self, name, params, feats, bound):
-        """A per-material network's (`name`: scales or dissipation) output on the base features,
+        """A per-material network's (`name`: scales, dissipation or compression) output on the base features,
         bounded to +-bound. The same for every call of a material outside training: cached on the
         parameters' version counters and the material's base features (a step asks a few times
         per frame)."""
@@ -393,33 +404,46 @@ class StrainEnergy(nn.Module):
 
     # ----- cloth: local coordinates are the two edges (x1 - x0, x2 - x0) of a sample triangle
 
-    def _compression_weights(self, strain):
-        """Per edge: 1 stretched, `cloth_compression` compressed (None while that is 1: the
-        reference's membrane). Below 1 it is a tension-field membrane, the usual stand-in for the
-        wrinkles a coarse sheet cannot form (tools/learning_headroom.py --compression)."""
-        if self.cloth_compression == 1.0:
-            return None
-        return torch.where(strain < 0, torch.full_like(strain, self.cloth_compression), torch.ones_like(strain))
+    def compression_share(self, feats, learned_material=False):
+        """A compressed cloth edge's share of the membrane stiffness: the learned compression
+        closure's for this material times `cloth_compression` (a what-if knob, 1), or None while
+        both are exactly 1 (the reference's membrane). Below 1 it is a tension-field membrane, the
+        usual stand-in for the wrinkles a coarse sheet cannot form. A learned material keeps the
+        membrane it was learned with (the closure at 1), as it keeps its own dampings."""
+        weight = self.compression.weight
+        training = weight.requires_grad and torch.is_grad_enabled()
+        if learned_material or (not training and not bool(weight.any())):
+            return None if self.cloth_compression == 1.0 else self.cloth_compression
+        log = self._material_network("compression", self._compression_parameters, feats, COMPRESSION_BOUND)
+        return self.cloth_compression * torch.exp(log[0])
 
-    def cloth_energy(self, y, rest_lengths, feats):
+    @staticmethod
+    def _compression_weights(strain, share):
+        """Per edge: 1 stretched, `share` compressed (None for the reference's membrane)."""
+        if share is None:
+            return None
+        return torch.where(strain < 0, share * torch.ones_like(strain), torch.ones_like(strain))
+
+    def cloth_energy(self, y, rest_lengths, feats, compression=None):
         strain = torch.linalg.norm(_edges(y), dim=-1) / rest_lengths - 1.0
         s = self.log_scales(feats)
-        w = self._compression_weights(strain)
+        w = self._compression_weights(strain, compression)
         psi = torch.exp(s[0]) * ((strain ** 2) if w is None else w * strain ** 2).sum(-1) / 6.0
         if self.corrected():
             s1, s2 = strain.sum(-1), (strain ** 2).sum(-1)
             psi = psi + self._correction(torch.stack([s1, s2], -1), cloth_correction_terms(s1, s2), feats, False)[0] / 3.0
         return psi
 
-    def cloth(self, y, rest_lengths, feats, need_hess=True, project=True):
-        """(psi [K], dpsi/dy [K,6], PSD d2psi/dy2 [K,6,6]) of the edge membrane + correction."""
+    def cloth(self, y, rest_lengths, feats, need_hess=True, project=True, compression=None):
+        """(psi [K], dpsi/dy [K,6], PSD d2psi/dy2 [K,6,6]) of the edge membrane + correction;
+        `compression`: a compressed edge's share of the stiffness (`compression_share`)."""
         S = EDGE_SELECT.to(y)
         e = _edges(y)                                                   # [K,3,3]
         length = torch.linalg.norm(e, dim=-1).clamp(min=1e-12)
         strain = length / rest_lengths - 1.0
         unit = e / length[..., None]
         scale = torch.exp(self.log_scales(feats)[0])
-        w = self._compression_weights(strain)
+        w = self._compression_weights(strain, compression)
         weighted = strain if w is None else w * strain
         psi = scale * (strain * weighted).sum(-1) / 6.0
         # d strain_e / dy is +-unit_e / rest_e in the slots of the edge's ends (edge 2 = y[3:] - y[:3])

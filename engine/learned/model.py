@@ -94,8 +94,8 @@ class NeurokModel(nn.Module):
 
     def classical_prior(self) -> "NeurokModel":
         """Set every learned output layer to zero, in place, as an untrained model has them: the
-        density's (Lame scales, correction), the dissipation closure's (the damping as the
-        sliders set it) and the weight field's (the handle weights are then the mesh's own
+        density's (Lame scales, correction), the dissipation and compression closures' (the
+        damping as the sliders set it, the reference's membrane) and the weight field's (the handle weights are then the mesh's own
         Laplacian eigenfunctions). The classical material in the eigenfunction subspace. Returns
         the model."""
         with torch.no_grad():
@@ -103,4 +103,5 @@ class NeurokModel(nn.Module):
                 layer.weight.zero_()
                 layer.bias.zero_()
             self.energy.dissipation.weight.zero_()
+            self.energy.compression.weight.zero_()
         return self

@@ -54,8 +54,9 @@ MATERIAL_LEARNING_RATE = 1e-2   # a learned material is six numbers of order one
 DISSIPATION_LEARNING_RATE = 3e-2
 MATERIAL_NUMBERS = tuple(n.removeprefix("log_") for n in PRESET_PARAMETERS)   # what --learn names
 NUMERIC_MATERIAL_KEYS = ("stiffness", "density", "poisson", "damping", "air_damping", "bending", "i2_share")
-CLOSURES = ("density", "dissipation")   # what a run without --material learns (`trainable_parameters`)
-CLOSURE_MODULES = {"density": "correction", "dissipation": "dissipation"}   # their StrainEnergy modules
+CLOSURES = ("density", "dissipation", "compression")   # what a run without --material can learn (`trainable_parameters`)
+DEFAULT_CLOSURES = ("density", "dissipation")
+CLOSURE_MODULES = {"density": "correction", "dissipation": "dissipation", "compression": "compression"}   # their StrainEnergy modules
 SAVE_EVERY_SECONDS = 300
 REFRESH_DATA_SECONDS = 300   # sequences still being generated join the run as they appear
 
@@ -176,7 +177,7 @@ def data_statistics(items):
 
 
 def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, log=None, progress=None, cancel=None,
-          fit_weights=False, material=None, learn=None, material_base=None, closures=CLOSURES, free_run=None):
+          fit_weights=False, material=None, learn=None, material_base=None, closures=DEFAULT_CLOSURES, free_run=None):
     """Train (or fine-tune from `init`) and write the checkpoint `out`. `progress(fraction)` is
     called after each step; setting the `cancel` event stops early (the checkpoint is saved).
 
@@ -301,9 +302,10 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     return model, history
 
 
-def trainable_parameters(model, fit_weights=False, closures=CLOSURES) -> list:
+def trainable_parameters(model, fit_weights=False, closures=DEFAULT_CLOSURES) -> list:
     """What training changes: the learned closures named in `closures` -- the density's correction
-    ("density"), the damping's beta multiplier per kind of material ("dissipation") -- and the
+    ("density"), the damping's beta multiplier per kind of material ("dissipation"), a compressed
+    cloth edge's share of the membrane stiffness ("compression") -- and the
     skinning weight field when `fit_weights` (else its learned layer is held at zero: the
     eigenfunctions). The classical
     Lame and bending scales are held at 1 (their learned layer at zero), so stiffness in Pa still
@@ -330,11 +332,11 @@ def trainable_parameters(model, fit_weights=False, closures=CLOSURES) -> list:
 
 def parameter_groups(model, params, material=None) -> list[dict]:
     """Adam's groups: a learned material's numbers learn at MATERIAL_LEARNING_RATE, the dissipation
-    closure's (three numbers of order one, from few long rollouts: `free_run`) at
+    and compression closures' (three numbers of order one each, from few long rollouts: `free_run`) at
     DISSIPATION_LEARNING_RATE, the networks at LEARNING_RATE."""
     if material:
         return [{"params": params, "lr": MATERIAL_LEARNING_RATE}]
-    few = {id(p) for p in model.energy.dissipation.parameters()}
+    few = {id(p) for m in (model.energy.dissipation, model.energy.compression) for p in m.parameters()}
     groups = [{"params": [p for p in params if id(p) not in few]},
               {"params": [p for p in params if id(p) in few], "lr": DISSIPATION_LEARNING_RATE}]
     return [g for g in groups if g["params"]]
@@ -411,7 +413,7 @@ def ranks_agree(model, world) -> bool:
 
 
 def _save(out, resume, model, opt, step, elapsed, items, history, data, extra_meta=None, material=None,
-          closures=CLOSURES, free_run=None):
+          closures=DEFAULT_CLOSURES, free_run=None):
     """Write the checkpoint and its resume state. `material`: (name, the initial checkpoint's
     metadata): a material run keeps that record (its data ranges feed the familiarity score) and
     adds what it learned under "materials"."""
