@@ -210,3 +210,39 @@ def test_a_free_sheet_teaches_every_rollout_and_the_dissipation_closure(tmp_path
     assert [float(s) for s in energy.damping_scales(solid)] == [1.0, 1.0]
     own = energy.features_for({"kind": "cloth"})                 # a learned material's own numbers (here at zero)
     assert float(energy.damping_scales(own, learned_material=True)[0]) == 1.0
+
+
+def test_the_compression_closure_softens_only_compressed_cloth_and_learns_from_sheets(tmp_path):
+    """`--closures compression` trains one number per kind of material: the share of the membrane
+    stiffness a compressed cloth edge keeps. A stretched edge (a hanging sheet) costs what it did;
+    a compressed one costs that share; sheet data reaches the cloth entry only; a learned material
+    keeps the membrane it was learned with."""
+    from engine.learned.materials import COMPRESSION_BOUND, StrainEnergy
+    from engine.learned.model import ModelConfig
+    from engine.training.train import trainable_parameters
+    energy = StrainEnergy().requires_grad_(False)                      # as a bake runs it
+    cloth = energy.features_for({"kind": "cloth"})
+    rest = torch.tensor([[0.1, 0.0, 0.0, 0.0, 0.1, 0.0]], dtype=torch.float64)
+    lengths = torch.linalg.norm(torch.stack([rest[:, :3], rest[:, 3:], rest[:, 3:] - rest[:, :3]], 1), dim=-1)
+    stretched, compressed = 1.01 * rest, 0.99 * rest
+    before = [float(energy.cloth_energy(y, lengths, cloth, energy.compression_share(cloth))) for y in (stretched, compressed)]
+    assert energy.compression_share(cloth) is None                     # untrained: the reference's membrane
+    with torch.no_grad():
+        energy.compression.weight[0, 0] = -1.0                         # the cloth entry
+    share = energy.compression_share(cloth)
+    assert float(share) == pytest.approx(float(np.exp(COMPRESSION_BOUND * np.tanh(-1.0 / COMPRESSION_BOUND))))
+    after = [float(energy.cloth_energy(y, lengths, cloth, share)) for y in (stretched, compressed)]
+    assert after[0] == pytest.approx(before[0], rel=1e-12)
+    assert after[1] == pytest.approx(float(share) * before[1], rel=1e-12)
+    assert energy.compression_share(cloth, learned_material=True) is None
+
+    generate(tmp_path, 2, seed=5, frames=8, quiet=True, kind="cloth")
+    model = NeurokModel(ModelConfig())
+    assert trainable_parameters(model, closures=("compression",)) == [model.energy.compression.weight]
+    item = load_items(model, tmp_path, ("train", "validation"))[0]
+    loss = rollout_loss(item, 3, t0=1, noise=0.0)
+    assert loss is not None
+    loss.backward()
+    grad = model.energy.compression.weight.grad[0]
+    assert torch.isfinite(grad).all() and float(grad[0].abs()) > 0    # a falling sheet compresses somewhere
+    assert float(grad[1:].abs().max()) == 0.0                          # the solids' entries are not a sheet's
