@@ -15,6 +15,9 @@ from .targets import TARGETS, _minutes, fmt, no_shortfall_sentence, targets
 
 TEMPLATE = Path(__file__).with_name("report_template.md")
 ROOT = Path(__file__).resolve().parent.parent.parent
+# how the model line names each learned closure a checkpoint records (`training.train.CLOSURES`)
+CLOSURE_WORDS = {"dissipation": "a dissipation closure (the damping's beta per kind of material)",
+                 "compression": "a compression closure (a compressed cloth edge's share of the membrane stiffness)"}
 ENGINES3 = ("reference", "neurok", "oracle")
 
 
@@ -489,8 +492,9 @@ def _generated(suite, bench_result, scenes, command) -> str:
         parts.append(suite["source"])
     mm = suite.get("model_meta") or {}
     model = dict(model=_rel(suite["model"]), latent=scenes.get("oracle", {}).get("model_latent") or "unknown")
-    if mm.get("closures") == ["dissipation"]:
-        parts.append(say("model_dissipation", steps=mm.get("steps"), minutes=_minutes(mm.get("seconds")),
+    if mm.get("closures") and set(mm["closures"]) <= set(CLOSURE_WORDS):
+        parts.append(say("model_closures", closures=" and ".join(CLOSURE_WORDS[c] for c in mm["closures"]),
+                         steps=mm.get("steps"), minutes=_minutes(mm.get("seconds")),
                          sequences=mm.get("sequences"), frames=mm.get("free_run") or "short", **model))
     elif str(mm.get("density", "")).startswith("classical prior"):
         parts.append(say("model_prior", steps=mm.get("steps"), minutes=_minutes(mm.get("seconds")), **model))

@@ -219,7 +219,8 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     else:
         params = trainable_parameters(model, fit_weights, closures)
     # a run from `init` keeps the record of the learned materials it carries on
-    kept = {k: v for k, v in json.loads(read_payload(init).get("meta", "{}")).items() if k == "materials"} if init else {}
+    # (and of the closures it learned: a run records those and its own)
+    kept = {k: v for k, v in json.loads(read_payload(init).get("meta", "{}")).items() if k in ("materials", "closures")} if init else {}
     share = SUBSPACE_SHARE if fit_weights else 0.0
     items = load_items(model, data, ("train",), material=material)
     if not items:
@@ -428,7 +429,8 @@ def _save(out, resume, model, opt, step, elapsed, items, history, data, extra_me
     else:
         meta = data_statistics(items)
         meta.update(extra_meta or {})
-        meta.update(record, closures=list(closures), free_run=free_run)
+        learned = set(closures) | set(meta.get("closures") or ())
+        meta.update(record, closures=[c for c in CLOSURES if c in learned], free_run=free_run)
     save_checkpoint(out, model, meta)
     save_checkpoint(resume, model, meta, extra={"optimizer": opt.state_dict(), "step": step, "elapsed": elapsed})
 
