@@ -31,16 +31,19 @@ demo: $(STAMP)
 # physics"), 32 frames each (training rolls out 3-6 frames from random starts). The folder records its
 # lattice and refuses another. Measured: see docs/MODEL_CARD.md. Resumable: run it again to go on.
 data: $(STAMP)
-	$(VPY) -m engine generate --out data/train_cloth --sequences 40 --seed 2 --frames 32 --kind cloth --workers 2
+	$(VPY) -m engine generate --out data/train_cloth --sequences 80 --seed 2 --frames 32 --kind cloth --workers 2
 	$(VPY) -m engine generate --out data/train_l8 --sequences 120 --seed 1 --frames 32 --lattice 8 --workers 2
 
-# The bundled checkpoint: the dissipation closure learned from that data on whole 30-frame rollouts from
-# each sequence's start (20 minutes on one core, from the bundled checkpoint: its learned materials stay),
-# then it against its own classical prior on the held-out scenes' converged ground truth (the physics
-# make eval-small keeps, else computed: minutes). Copied over the bundled one only if it is closer.
+# The bundled checkpoint: the dissipation closure, then the compression closure, learned from that data on
+# whole 30-frame rollouts from each sequence's start (20 minutes each on one core, from the bundled
+# checkpoint: its learned materials stay), then it against its own classical prior on the held-out scenes'
+# converged ground truth (the physics make eval-small keeps, else computed: minutes). Copied over the
+# bundled one only if it is closer.
 train: data
 	$(VPY) -m engine train --init assets/neurok_default.ckpt --data data/train_l8 data/train_cloth \
-		--closures dissipation --free-run 30 --out runs/default.ckpt --minutes 20
+		--closures dissipation --free-run 30 --out runs/default_dissipation.ckpt --minutes 20
+	$(VPY) -m engine train --init runs/default_dissipation.ckpt --data data/train_l8 data/train_cloth \
+		--closures compression --free-run 30 --out runs/default.ckpt --minutes 20
 	$(VPY) tools/prior_vs_trained.py --model runs/default.ckpt --json runs/default_vs_prior.json --require-closer
 	cp runs/default.ckpt assets/neurok_default.ckpt
 
