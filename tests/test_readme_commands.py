@@ -65,8 +65,8 @@ CHECKS = {
     "neurok train --init assets/neurok_default.ckpt --data data/train_l8 data/train_cloth --closures dissipation --free-run 30 --out my.ckpt --minutes 20":
         ("run", "-m engine train --init assets/neurok_default.ckpt --data {data} {data} --closures dissipation --free-run 3 "
                 "--out {tmp}/my.ckpt --steps 1"),
-    "neurok generate --out data/train_cloth --sequences 40 --seed 2 --frames 32 --kind cloth":
-        ("parse", "generate --out data/train_cloth --sequences 40 --seed 2 --frames 32 --kind cloth"),
+    "neurok generate --out data/train_cloth --sequences 80 --seed 2 --frames 32 --kind cloth":
+        ("parse", "generate --out data/train_cloth --sequences 80 --seed 2 --frames 32 --kind cloth"),
     "neurok eval --model assets/neurok_default.ckpt --data DIR --json eval.json":
         ("wire", "eval --model assets/neurok_default.ckpt --data {data} --json {tmp}/eval.json"),
     "neurok bench --json bench.json": ("run", "-m engine bench --json {tmp}/bench.json --sizes 200 --frames 2"),
