@@ -428,7 +428,8 @@ class StrainEnergy(nn.Module):
         strain = torch.linalg.norm(_edges(y), dim=-1) / rest_lengths - 1.0
         s = self.log_scales(feats)
         w = self._compression_weights(strain, compression)
-        psi = torch.exp(s[0]) * ((strain ** 2) if w is None else w * strain ** 2).sum(-1) / 6.0
+        weighted = strain if w is None else w * strain
+        psi = torch.exp(s[0]) * (strain * weighted).sum(-1) / 6.0
         if self.corrected():
             s1, s2 = strain.sum(-1), (strain ** 2).sum(-1)
             psi = psi + self._correction(torch.stack([s1, s2], -1), cloth_correction_terms(s1, s2), feats, False)[0] / 3.0
