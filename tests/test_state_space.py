@@ -174,3 +174,49 @@ def test_the_reach_of_a_subspace_is_exact_for_its_own_motions_and_not_for_others
     off = np.linalg.norm(near - frames, axis=-1).max(axis=-1)
     assert off[1] < 1e-9 and off[2] < 1e-9
     assert 0.02 < off[3] <= 0.05 + 1e-9      # most of the bump is out of reach (and never more than all of it)
+
+
+def pinned_sheet_scene(pins, frames=8):
+    return scene(frames, {"preset": "cloth"}, pins=pins,
+                 forces=[{"select": {"box": {"min": [0, 0, 0], "max": [1, 1, 1]}}, "accel": [0, 6, 0]}])
+
+
+def test_a_sheet_folds_right_up_to_its_pins(engine):
+    """A sheet pinned along one side: the pins hold only the first handle (the body's one affine
+    map), so every other coordinate is free to fold the sheet next to them, and the pins stay put.
+    With the free body's eigenfunctions every handle moved the pins, and holding them took 51
+    of a flag's 270 coordinates (docs/MODEL_CARD.md)."""
+    from engine.learned.latent_scene import LatentScene
+    sheet = bench_sheet(400)
+    setup = setup_from_scene(sheet, pinned_sheet_scene([{"select": {"box": {"min": [0, 0, 0], "max": [0.02, 1, 1]}}}]))
+    latent = LatentScene(engine.model, setup)
+    pinned = setup.pin_weight > 0
+    rows = latent.sub.vertex_basis[pinned].reshape(-1, latent.dims)
+    assert np.linalg.matrix_rank(rows, tol=1e-9 * np.abs(rows).max()) <= 12
+    assert latent.dims > 200
+    x = engine.prepare(setup).bake()
+    assert np.abs(x[:, pinned] - x[0, pinned]).max() < 1e-3                 # metres
+    assert np.abs(x[-1, ~pinned] - x[0, ~pinned]).max() > 0.05              # and the rest is blown aside
+
+
+def test_only_firm_pins_that_move_as_one_are_held():
+    """Held: firm pins standing still or carried together (by any affine map: the first handle's).
+    Not held: pins animated apart from one another in a way no one affine map follows (the other
+    handles must move them too), nor a softer pin (a painted falloff is a spring on a free vertex)."""
+    from engine.learned.subspace import held_pins
+    sheet = bench_sheet(100)
+    side = {"select": {"box": {"min": [0, 0, 0], "max": [0.02, 1, 1]}}}
+    other = {"select": {"box": {"min": [0.98, 0, 0], "max": [1, 1, 1]}}}
+    moved = [[0, [0, 0, 0]], [7, [0, 0.1, 0]]]
+
+    def held(pins):
+        return held_pins(setup_from_scene(sheet, pinned_sheet_scene(pins)))
+
+    still = held([side])
+    assert still is not None and still.sum() == 10
+    carried = held([dict(side, target_offset=moved), dict(other, target_offset=moved)])
+    assert carried is not None and carried.sum() == 20
+    lower = {"select": {"box": {"min": [0, 0, 0], "max": [0.02, 1, 0.5]}}, "target_offset": moved}
+    assert held([side, lower]) is None                                        # one side bent apart
+    soft = held([side, dict(other, strength=0.5)])
+    assert soft is not None and soft.sum() == 10

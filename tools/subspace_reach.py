@@ -42,12 +42,21 @@ def edge_strain(frames, faces) -> float:
     return float(np.abs(length / rest - 1.0).mean())
 
 
-def reach(frames, faces, kind, handles, lattice_cells) -> np.ndarray:
-    """The frames' nearest states in the subspace of `handles` eigenfunction handles [T,N,3]."""
+def held(frames) -> np.ndarray | None:
+    """The vertices the reference holds (moving under a millimetre: its pins), as pin weights; None if none."""
+    still = (np.abs(frames - frames[0]).max(axis=(0, 2)) < 1e-3).astype(np.float64)
+    return still if still.any() else None
+
+
+def reach(frames, faces, kind, handles, lattice_cells, plain=False) -> np.ndarray:
+    """The frames' nearest states in the subspace of `handles` eigenfunction handles [T,N,3],
+    whose handles after the first leave the held vertices where they are, as the model's do
+    (`plain`: the eigenfunctions of the free body)."""
     from engine.learned.subspace import build_subspace
     rest = frames[0]
     sub = build_subspace(rest, faces, kind, handles, lattice_cells, samples=1, contact_samples=1,
-                         full_integration=True)       # the cubature plays no part in the basis
+                         full_integration=True,   # the cubature plays no part in the basis
+                         held=None if plain else held(frames))
     B = sub.vertex_basis.reshape(-1, sub.dims)
     U = ((frames - rest) / sub.norm.scale).reshape(len(frames), -1).T
     q, *_ = np.linalg.lstsq(B, U, rcond=None)
@@ -61,6 +70,7 @@ def main(argv=None) -> int:
     p.add_argument("--scenes", default="eval_out/small/scenes", help="folder of NAME.npz from make eval-small")
     p.add_argument("--handles", default="8,16,24", help="handle counts to measure besides the model's own")
     p.add_argument("--only", default=None, help="comma-separated scene names (default: every file)")
+    p.add_argument("--plain", action="store_true", help="handles of the free body's eigenfunctions (the model's before it held its pins)")
     args = p.parse_args(argv)
     files = sorted(Path(args.scenes).glob("*.npz"))
     if args.only:
@@ -80,10 +90,10 @@ def main(argv=None) -> int:
         diag = float(np.linalg.norm(np.ptp(true[0], axis=0)))
         still = rel_l2(np.repeat(true[:1], len(true), 0), true, diag)
         own = resolution(true[0], faces, kind, cfg.handles, cfg.lattice_cells)
-        nearest = reach(true, faces, kind, own.handles, own.lattice_cells)
+        nearest = reach(true, faces, kind, own.handles, own.lattice_cells, args.plain)
         row = [rel_l2(d["neurok"].astype(np.float64), true, diag), rel_l2(d["oracle"].astype(np.float64), true, diag),
                rel_l2(nearest, true, diag)]
-        more = [reach(true, faces, kind, h, max(own.lattice_cells, int(np.ceil(2.5 * np.sqrt(h))))) for h in counts]
+        more = [reach(true, faces, kind, h, max(own.lattice_cells, int(np.ceil(2.5 * np.sqrt(h)))), args.plain) for h in counts]
         row += [rel_l2(m, true, diag) for m in more]
         cells = " | ".join(f"{v:.4f} ({v / still:.2f}x)" for v in row[:3]) + " | " + \
             " / ".join(f"{v / still:.2f}x" for v in row[3:])

@@ -5,7 +5,9 @@ Subspace: skinning eigenmodes. H handles, each a full affine map (12 generalized
 blended by weights w_h = the H lowest eigenvectors of the graph Laplacian of the reference's
 degrees of freedom (lattice nodes for solids, mesh vertices for cloth; the graph is the sparsity
 pattern of the elastic Hessian, so any discretisation works). The first eigenvector is constant,
-so rigid and affine motion of the whole body are exact. The displacement of DOF j is
+so rigid and affine motion of the whole body are exact. Where pins hold the body and move
+together (or not at all), the weights after the first are those of the body held there and
+leave the pins alone, as the learned model's are (`learned.subspace.held_pins`). The displacement of DOF j is
 
     u_j(q) = sum_h w_h(X_j) (A_h X~_j + b_h),      X~ = (X - centre) / size,
 
@@ -37,6 +39,7 @@ from ..core.errors import SimulationFault
 from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, pin_stiffness
 from ..core.run import Engine, Run
 from ..core.setup import Setup
+from ..learned.subspace import held_nodes, held_pins, smooth_functions
 from ..reference.simulator import ReferenceSimulator, line_search
 
 DEFAULT_HANDLES = 6           # 72 DOFs: the default when the model's latent size is unknown
@@ -74,9 +77,11 @@ def _elastic(sim, y, need_hess=True):
         return sim.elastic.energy_grad_hess(y)
 
 
-def laplacian_weights(H_pattern, positions, handles):
+def laplacian_weights(H_pattern, positions, handles, held=None):
     """The `handles` lowest eigenvectors [n, handles] of the graph Laplacian whose edges are the
-    nonzero node blocks of a 3n x 3n matrix (mass-free, uniform edge weights)."""
+    nonzero node blocks of a 3n x 3n matrix (mass-free, uniform edge weights). `held` [n]: the
+    pins' weight at each node; the weights after the constant then leave the pins where they
+    are, as the learned model's do (`learned.subspace.smooth_functions`)."""
     n = len(positions)
     A = sp.csr_matrix(H_pattern)
     A = A.tocoo()
@@ -86,6 +91,8 @@ def laplacian_weights(H_pattern, positions, handles):
     adj.data[:] = 1.0
     adj = ((adj + adj.T) > 0).astype(float)
     L = sp.diags(np.asarray(adj.sum(axis=1)).ravel()) - adj
+    if held is not None and n > 2:
+        return smooth_functions(L.tocsr(), np.ones(n), min(handles, n - 1), held)[0]
     k = min(handles, n - 1) if n > 1 else 1
     if n <= 1500 or k >= n - 1:
         _, vecs = np.linalg.eigh(L.toarray())
@@ -129,7 +136,8 @@ class ReducedOracle:
         self.y_ref = np.asarray(sim.y, np.float64).copy()                  # DOFs at frame 0: q = 0
         n = len(self.y_ref)
         _, _, H0 = _elastic(sim, self.y_ref)
-        W = laplacian_weights(H0, self.y_ref, handles)
+        pins = held_pins(setup)
+        W = laplacian_weights(H0, self.y_ref, handles, None if pins is None else held_nodes(sim.W, pins))
         B = skinning_basis(W, self.y_ref)
         M3 = np.repeat(np.asarray(sim.dof_mass, np.float64), 3)
         # mass-orthonormal basis: same subspace, well-conditioned coordinates

@@ -7,10 +7,11 @@ None of them is timed and none depends on another, and they are most of the eval
 on one process per core, longest first (`PhysicsCache.prefetch`), and the steps that compare
 the model then read them (`PhysicsCache.get`, which computes a job itself when it is missing).
 Each answer is kept on disk under a key of everything that decides it: the job's kind and
-options, the mesh and scene (or the sequence file's bytes) and the source code of the
-reference, the core and the oracle; an energy drift under the checkpoint's bytes and all of
-engine/. A run after a change to the model reuses all but the drift; a change to the physics
-code computes them again. Delete the folder to start over.
+options, the mesh and scene (or the sequence file's bytes) and the source code that decides that
+kind of run (`PHYSICS_CODE`: a reference run's is the core and the reference; the oracle's adds
+its own file and the subspace's weights); an energy drift under the checkpoint's bytes and all
+of engine/. A run after a change to the model reuses all but the drift; a change to the physics
+code computes again the runs it decides. Delete the folder to start over.
 """
 from __future__ import annotations
 
@@ -30,9 +31,13 @@ from ..core.progress import ProgressBar
 from ..core.scene import setup_from_scene, setup_from_sequence
 
 ENGINE = Path(__file__).resolve().parent.parent
-# what decides a reference run, an oracle run or a noise floor besides the job itself
-PHYSICS_CODE = ("core", "reference", "evaluation/oracle.py", "evaluation/noise.py", "evaluation/noise_floor.py",
-                "evaluation/rollout.py", "evaluation/physics_cache.py")
+# the code that decides each kind of run besides the job itself (a change to the oracle keeps the reference's runs)
+PHYSICS_CODE = {
+    "reference": ("core", "reference"),
+    "oracle": ("core", "reference", "learned/subspace.py", "evaluation/oracle.py", "evaluation/rollout.py"),
+    "noise_floor": ("core", "reference", "evaluation/noise.py", "evaluation/noise_floor.py", "evaluation/rollout.py"),
+    "drift": ("",),   # a model's energy drift: all of engine/
+}
 
 
 class PhysicsRunFailed(RuntimeError):
@@ -74,7 +79,7 @@ class Job:
 _code_versions = {}
 
 
-def code_version(parts=PHYSICS_CODE) -> str:
+def code_version(parts) -> str:
     """Hash of the source files under `parts` (folders and files of engine/)."""
     key = tuple(parts)
     if key not in _code_versions:
@@ -90,9 +95,9 @@ def code_version(parts=PHYSICS_CODE) -> str:
 
 def job_key(job: Job) -> str:
     """The job's file name in the cache: its kind, options and source and the code that runs it
-    (the physics code; for a model's energy drift, all of engine/)."""
+    (`PHYSICS_CODE`)."""
     h = hashlib.sha1()
-    code = code_version(("",) if job.kind == "drift" else PHYSICS_CODE)
+    code = code_version(PHYSICS_CODE[job.kind])
     h.update(json.dumps([job.kind, job.options, code], sort_keys=True, default=str).encode())
     if job.source[0] in ("sequence", "model"):
         h.update(Path(job.source[1]).read_bytes())

@@ -7,7 +7,11 @@ weight function w_h is smooth over the body: the h-th lowest eigenfunction of a 
 (over a coarse embedding lattice for solids, over the mesh itself for cloth), refined by the
 learned weight field (`model.WeightField`). The first weight is constant, so the first handle
 moves the whole body rigidly (or affinely): tumbling, swinging and falling cost no strain.
-Higher handles bend and twist regions, each rotating its region to first order.
+Higher handles bend and twist regions, each rotating its region to first order. Where firm pins
+hold the body (still, or moving as one), the weights after the first are the eigenfunctions of
+the body held there and vanish at the pins (`held_pins`): the pins hold the first handle alone,
+and every other handle folds the body right up to them. With the free body's eigenfunctions
+every handle moved the pins, and holding them still took 51 of a flag's 270 coordinates.
 
 Positions are linear in q, so everything the dynamics needs reduces once per mesh: the
 coordinates are re-expressed in a mass-orthonormal basis (kinetic energy 1/2 |q'|^2), and
@@ -16,6 +20,7 @@ normalised by the bounding-box diagonal L (see `core.geometry.Normalisation`).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +45,9 @@ SLENDER = 4.0                 # ... from this extent over thickness on (beams, r
 MIN_HANDLES, MAX_HANDLES = 4, 64
 MAX_SOLID_HANDLES = 32        # at medium detail: a thin solid plate asked for 64 and took 216 ms a frame
 MAX_LATTICE_CELLS = 24
+PIN_PENALTY = 1e4             # a held node's weight in the eigenproblem, over the Laplacian's largest diagonal
+HOLD_PINS = True              # handles that leave firm pins where they are (False: the free body's eigenfunctions)
+AFFINE_PINS = 1e-4            # pins an affine map of their rest places follows closer than this (over the diagonal) move as one
 VERTICES_PER_HANDLE = 8       # no more handles than the mesh's vertices can show and its pins can hold
 CELLS_PER_SLENDERNESS = 4.5   # lattice cells along the longest side per unit of slenderness (3+ across a beam)
 
@@ -206,11 +214,19 @@ def graph_laplacian(edges, n):
     return (sp.diags(np.asarray(A.sum(axis=1)).ravel()) - A).tocsr()
 
 
-def smooth_functions(L, mass, count: int):
+def smooth_functions(L, mass, count: int, held=None):
     """The `count` lowest eigenpairs of L phi = lambda M phi: functions [n, count] (the constant
-    first, each scaled to a largest magnitude of 1) and eigenvalues [count] (the shape's spectrum)."""
+    first, each scaled to a largest magnitude of 1) and eigenvalues [count] (the shape's spectrum).
+
+    `held` [n] in [0, 1] (the pins' weight at each node, or None): the functions after the
+    constant are the lowest ones of the body held there, (L + k diag(held)) phi = lambda M phi
+    with k far above L's diagonal, made exactly zero where it is held fully."""
     n = L.shape[0]
     count = min(count, n - 1)
+    pinned = held is not None and np.any(held > 0)
+    if pinned:
+        L = L + sp.diags(PIN_PENALTY * float(L.diagonal().max()) * np.asarray(held, dtype=np.float64))
+        count -= 1
     M = sp.diags(mass / mass.mean())
     if n <= 4 * count:
         vals, vecs = scipy.linalg.eigh(L.toarray(), M.toarray(), subset_by_index=[0, count - 1])
@@ -219,6 +235,9 @@ def smooth_functions(L, mass, count: int):
                                 v0=np.ones(n))   # a fixed start vector: the same weights on every run
         order = np.argsort(vals)
         vals, vecs = vals[order], vecs[:, order]
+    if pinned:
+        vecs = np.concatenate([np.ones((n, 1)), vecs * (1.0 - held)[:, None]], axis=1)
+        vals = np.concatenate([[0.0], vals])
     vecs[:, 0] = 1.0
     return vecs / np.abs(vecs).max(axis=0, keepdims=True), np.maximum(vals, 0.0)
 
@@ -390,13 +409,48 @@ def handle_weights(functions, spectrum, handles: int, weight_field=None) -> np.n
     return functions[:, :handles] if weight_field is None else weight_field.weights(functions, spectrum, handles)
 
 
+
+
+def held_pins(setup):
+    """Which vertices the subspace holds [N] (1 held, 0 free), or None for none.
+
+    Firm pins (weight 1, a scene's default) are held: every handle but the first leaves them
+    where they are. The first handle is one affine map of the whole body, so it can keep them
+    there or move them together (a swing, a carried edge); pins animated apart from one another
+    need the other handles too and are not held, and a softer pin (a painted falloff) stays a
+    spring on a free vertex."""
+    firm = np.asarray(setup.pin_weight) >= 1.0 - 1e-6
+    if not HOLD_PINS or not firm.any():
+        return None
+    rest = np.concatenate([setup.rest[firm], np.ones((int(firm.sum()), 1))], axis=1)
+    targets = [setup.x0[firm]] + ([] if setup.pin_targets is None else list(np.asarray(setup.pin_targets)[:, firm]))
+    targets = np.concatenate(targets, axis=1).astype(np.float64)                     # [P, 3T]
+    miss = np.abs(rest @ np.linalg.lstsq(rest, targets, rcond=None)[0] - targets).max()
+    if miss > AFFINE_PINS * float(np.linalg.norm(np.ptp(setup.rest, axis=0))):
+        return None
+    return firm.astype(np.float64)
+
+
+def held_nodes(W, held) -> np.ndarray | None:
+    """The pins' weight at each node [n] from the vertices' [N] (a lattice node: the mean over
+    the vertices it carries, weighted by how much it carries them); None when nothing is held."""
+    held = np.clip(np.asarray(held, dtype=np.float64), 0.0, 1.0)
+    if not held.any():
+        return None
+    carried = np.asarray(W.sum(axis=0)).ravel()
+    return np.clip(np.asarray(W.T @ held).ravel() / np.maximum(carried, 1e-12), 0.0, 1.0) * (carried > 0)
+
+
 def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, samples: int,
-                   contact_samples: int, weight_field=None, full_integration=False) -> Subspace:
+                   contact_samples: int, weight_field=None, full_integration=False, held=None) -> Subspace:
     """Everything one mesh needs, once: nodes, masses, smooth handle weights, the mass-orthonormal
     basis, the cubature samples of the elastic energy, the bending matrix (cloth), contact samples.
     `weight_field` (`model.WeightField`) refines the eigenfunctions into the handle weights (None:
     the lowest eigenfunctions themselves). `full_integration`: every element is a sample, with
-    its own volume or area (what the fitted cubature is measured against)."""
+    its own volume or area (what the fitted cubature is measured against). `held` [N] (the
+    vertices' pin weights, or None): every handle but the first leaves the held vertices where
+    they are (`smooth_functions`), so the pins hold the first handle alone and the others fold
+    the body right up to them."""
     norm = Normalisation.of(rest)
     x = norm.forward(rest)
     faces = np.asarray(faces, dtype=np.int64)
@@ -414,8 +468,12 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
         node_mass = np.where(node_mass > 0, node_mass, max(node_mass.max(), 1e-12) * 1e-3)
         L = mesh_laplacian(faces, len(x))
     node_mass = node_mass / node_mass.sum()
-    functions, spectrum = smooth_functions(L, node_mass, max(2 * handles, 2 * getattr(weight_field, "handles", 0)))
+    node_held = None if held is None else held_nodes(W, held)
+    functions, spectrum = smooth_functions(L, node_mass, max(2 * handles, 2 * getattr(weight_field, "handles", 0)),
+                                           node_held)
     weights = handle_weights(functions, spectrum, handles, weight_field)
+    if node_held is not None:
+        weights[:, 1:] *= (1.0 - node_held)[:, None]
     centre = (node_mass[:, None] * nodes).sum(axis=0)
     J = handle_jacobian(nodes, centre, weights)
     transform = mass_orthonormal_transform(J, node_mass)
@@ -450,12 +508,13 @@ _SUBSPACES = MeshMemo()
 
 
 def cached_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, samples: int, contact_samples: int,
-                    weight_field=None) -> Subspace:
+                    weight_field=None, held=None) -> Subspace:
     """`build_subspace`, made once per mesh and settings (`core.memo`): the cubature fit is the
     costly part of a prepare. A weight field counts as the same while its parameters are
     (their version counters)."""
     field = None if weight_field is None else (
         id(weight_field), tuple((p._version, p.data_ptr()) for p in weight_field.parameters()))
-    return _SUBSPACES.get(rest, faces, (kind, handles, lattice_cells, samples, contact_samples, field),
+    pins = None if held is None else hashlib.sha1(np.asarray(held, dtype=np.float32).tobytes()).hexdigest()
+    return _SUBSPACES.get(rest, faces, (kind, handles, lattice_cells, samples, contact_samples, field, pins),
                           lambda r, f: build_subspace(r, f, kind, handles, lattice_cells, samples, contact_samples,
-                                                      weight_field))
+                                                      weight_field, held=held))
