@@ -128,15 +128,19 @@ class LatentScene:
     def bending_scale(self):
         return self.model.energy.bending_scale(self.features)
 
+    @property
+    def learned_material(self) -> bool:
+        """Is the scene's material one learned from data? It then keeps its own numbers where the
+        closures would give a built-in material the kind's."""
+        return self.model.energy.preset_for(self.setup.material) is not None
+
     def compression_share(self):
         """A compressed cloth edge's share of the membrane stiffness (None: all of it)."""
-        energy = self.model.energy
-        return energy.compression_share(self.features, learned_material=energy.preset_for(self.setup.material) is not None)
+        return self.model.energy.compression_share(self.features, learned_material=self.learned_material)
 
     def damping_scales(self):
         """(beta, alpha) multipliers: the dissipation closure's, or a learned material's own."""
-        energy = self.model.energy
-        return energy.damping_scales(self.features, learned_material=energy.preset_for(self.setup.material) is not None)
+        return self.model.energy.damping_scales(self.features, learned_material=self.learned_material)
 
     def local(self, q):
         """Local coordinates of every cubature sample (vec F, or a triangle's two edges) at q."""
