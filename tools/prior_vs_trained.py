@@ -1,7 +1,7 @@
 """A checkpoint's trained closures against its own classical prior on the held-out scenes.
 
     .venv/bin/python tools/prior_vs_trained.py --model CKPT [--frames 36] [--json OUT.json] [--sheets DIR]
-        [--physics eval_out/small/physics] [--require-closer]
+        [--physics eval_out/small/physics] [--require-closer] [--free-pins]
 
 For each scene of the small evaluation preset (Blender primitives and the bundled samples,
 `engine.evaluation.scenes`): the reference simulator's converged ground truth, as the evaluation
@@ -13,7 +13,9 @@ classical material in the eigenfunction subspace. Prints rel_l2 over
 the whole rollout (mean vertex distance / rest diagonal) beside hold-still, and the lowest volume
 / rest, the mean edge strain and the largest share of flipped triangles of each (a run whose step
 cannot be solved is scored holding its last good frame, and says so); `--sheets`
-writes a contact sheet per scene (reference | trained | prior). This is the rule for the bundled model (issue 24): until a trained
+writes a contact sheet per scene (reference | trained | prior); `--free-pins` runs both with the
+free body's handle weights (`subspace.HOLD_PINS` off: every handle moves the pins), as the model
+had them before 2026-12-04's evening. This is the rule for the bundled model (issue 24): until a trained
 model beats its prior here, the bundled checkpoint is the prior (`--require-closer`: exit 1 unless
 its mean distance is below the prior's; `make train` copies it over the bundled one only then).
 """
@@ -66,10 +68,15 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--sheets", default=None, help="folder for a contact sheet per scene")
     p.add_argument("--physics", default="eval_out/small/physics", help="the evaluation's physics cache")
+    p.add_argument("--free-pins", action="store_true",
+                   help="both runs with handles of the free body (that move the pins too), as before the subspace held them")
     p.add_argument("--require-closer", action="store_true",
                    help="exit with status 1 unless the trained model's mean distance is below its prior's")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    if args.free_pins:
+        from engine.learned import subspace
+        subspace.HOLD_PINS = False
     path = args.model or default_model_path()
     engines = {"trained": NeurokEngine(path), "prior": NeurokEngine(path)}
     engines["prior"].model.classical_prior()
