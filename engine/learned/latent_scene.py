@@ -15,7 +15,7 @@ from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MA
 from ..core.scene import Setup, profile_value
 from . import interactions
 from .materials import DTYPE, determinant, lame
-from .subspace import Resolution, Subspace, cached_subspace, held_pins, cloth_local_map, resolution, solid_local_map
+from .subspace import Resolution, Subspace, cached_subspace, cloth_local_map, held_pins, resolution, solid_local_map
 
 
 def _t(a, device="cpu"):

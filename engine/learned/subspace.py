@@ -409,8 +409,6 @@ def handle_weights(functions, spectrum, handles: int, weight_field=None) -> np.n
     return functions[:, :handles] if weight_field is None else weight_field.weights(functions, spectrum, handles)
 
 
-
-
 def held_pins(setup):
     """Which vertices the subspace holds [N] (1 held, 0 free), or None for none.
 
