@@ -409,6 +409,17 @@ def handle_weights(functions, spectrum, handles: int, weight_field=None) -> np.n
     return functions[:, :handles] if weight_field is None else weight_field.weights(functions, spectrum, handles)
 
 
+def held_weights(weights, functions, node_held) -> np.ndarray:
+    """The handle weights with the learned field's correction (weights minus the eigenfunctions
+    they start from) scaled by (1 - held) like the eigenfunctions themselves (`smooth_functions`):
+    a held node keeps only the first handle. The eigenfunctions are masked once: masking the
+    whole weights again scaled a lattice node that carries pinned and free vertices by (1 - h)^2."""
+    eigen = functions[:, 1:weights.shape[1]]
+    out = weights.copy()
+    out[:, 1:] = eigen + (weights[:, 1:] - eigen) * (1.0 - node_held)[:, None]
+    return out
+
+
 def held_pins(setup):
     """Which vertices the subspace holds [N] (1 held, 0 free), or None for none.
 
@@ -471,7 +482,7 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
                                            node_held)
     weights = handle_weights(functions, spectrum, handles, weight_field)
     if node_held is not None:
-        weights[:, 1:] *= (1.0 - node_held)[:, None]
+        weights = held_weights(weights, functions, node_held)
     centre = (node_mass[:, None] * nodes).sum(axis=0)
     J = handle_jacobian(nodes, centre, weights)
     transform = mass_orthonormal_transform(J, node_mass)
