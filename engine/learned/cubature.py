@@ -153,7 +153,9 @@ def modal_poses(forces: ElementForces, stiffness, node_basis, nodes, node_mass, 
     mw = np.repeat(node_mass, 3)
     poses = []
     for i in range(count):
-        q = vecs @ (rng.normal(size=len(vals)) / np.sqrt(vals))
+        # K^(-1/2) z through the modes and back: unlike mixing the modes with random numbers, it
+        # does not depend on the signs eigh gives them (nor on turns within equal eigenvalues)
+        q = vecs @ ((vecs.T @ rng.normal(size=len(stiffness))) / np.sqrt(vals))
         q *= AMPLITUDES[i % len(AMPLITUDES)] / max(forces.amplitude(q), 1e-300)
         while not forces.valid(q):
             q *= 0.7

@@ -214,13 +214,15 @@ def graph_laplacian(edges, n):
     return (sp.diags(np.asarray(A.sum(axis=1)).ravel()) - A).tocsr()
 
 
-def smooth_functions(L, mass, count: int, held=None):
+def smooth_functions(L, mass, count: int, held=None, points=None):
     """The `count` lowest eigenpairs of L phi = lambda M phi: functions [n, count] (the constant
     first, each scaled to a largest magnitude of 1) and eigenvalues [count] (the shape's spectrum).
 
     `held` [n] in [0, 1] (the pins' weight at each node, or None): the functions after the
     constant are the lowest ones of the body held there, (L + k diag(held)) phi = lambda M phi
-    with k far above L's diagonal, made exactly zero where it is held fully."""
+    with k far above L's diagonal, made exactly zero where it is held fully.
+    `points` [n,3] (the nodes' positions, or None): each function's sign, and its turn within a
+    set of equal eigenvalues, fixed by the shape (`canonical_functions`) rather than by the solver."""
     n = L.shape[0]
     count = min(count, n - 1)
     pinned = held is not None and np.any(held > 0)
@@ -239,7 +241,42 @@ def smooth_functions(L, mass, count: int, held=None):
         vecs = np.concatenate([np.ones((n, 1)), vecs * (1.0 - held)[:, None]], axis=1)
         vals = np.concatenate([[0.0], vals])
     vecs[:, 0] = 1.0
+    if points is not None:
+        vecs[:, 1:] = canonical_functions(vecs[:, 1:], vals[1:], points, mass)
     return vecs / np.abs(vecs).max(axis=0, keepdims=True), np.maximum(vals, 0.0)
+
+
+def probe(points) -> np.ndarray:
+    """A fixed smooth function of position with no symmetry a mesh could share: what
+    `canonical_functions` measures eigenfunctions against."""
+    x = np.asarray(points, dtype=np.float64)
+    return np.sin(x @ [3.1, 1.7, 2.3] + 0.5) + 0.5 * np.sin(x @ [-2.9, 5.3, 4.1] + 1.3)
+
+
+def canonical_functions(vecs, vals, points, mass, equal=1e-6) -> np.ndarray:
+    """Eigenfunctions [n,k] made independent of the solver's accidents: within a set of equal
+    eigenvalues (relative gap under `equal`), turned to diagonalise the probe's weighted inner
+    product; each then signed so that its mass-weighted mean of the probe is positive.
+
+    An eigensolver returns each function up to its sign (and a set of equal ones up to a turn),
+    and which one it returns depends on rounding: another CPU, or another start vector, flipped
+    some of a flag's handles. The span, so the state space, was the same, but the cubature fit
+    samples poses in these coordinates and chose other triangles (62 of 200 in common), and the
+    flag's distance from the reference went from 0.105 to 0.122."""
+    vecs = np.array(vecs, dtype=np.float64)
+    weight = np.asarray(mass, dtype=np.float64) * probe(points)
+    start = 0
+    while start < vecs.shape[1]:
+        end = start + 1
+        while end < vecs.shape[1] and vals[end] - vals[end - 1] <= equal * max(abs(vals[end]), 1e-12):
+            end += 1
+        if end - start > 1:
+            block = vecs[:, start:end]
+            _, turn = np.linalg.eigh(block.T @ (weight[:, None] * block))
+            vecs[:, start:end] = block @ turn
+        start = end
+    sign = np.sign(weight @ vecs)
+    return vecs * np.where(sign == 0, 1.0, sign)
 
 
 # --------------------------------------------------------------------------- elements in the subspace
@@ -367,12 +404,33 @@ def mass_orthonormal_transform(J, mass, drop=1e-9) -> np.ndarray:
     G = scalar.T @ (mass[:, None] * scalar)
     vals, vecs = np.linalg.eigh(G)
     keep = vals > drop * vals.max()
-    Ts = vecs[:, keep] / np.sqrt(vals[keep])
+    Ts = canonical_turn(vecs[:, keep] / np.sqrt(vals[keep]), G)
     k = Ts.shape[1]
     T = np.zeros((J.shape[2], 3 * k))
     for i in range(3):
         T[component_columns(handles, i), i * k:(i + 1) * k] = Ts
     return T
+
+
+def canonical_turn(Ts, G, independent=1e-5) -> np.ndarray:
+    """Ts [c,k] (G-orthonormal columns) turned to the G-orthonormal basis that Gram-Schmidt makes
+    of the original columns in their order, skipping those (nearly) dependent on earlier ones.
+    eigh returns the kept space in any orthonormal basis, whose signs and turns within equal
+    eigenvalues depend on rounding; the coordinates, and so the poses the cubature is fitted on,
+    must not (another basis of the same flag's space chose other sample triangles, 73 of 200 in common)."""
+    C = Ts.T @ G                                    # each original column's coordinates in Ts's basis
+    chosen = []
+    for j in range(C.shape[1]):
+        v = C[:, j].copy()
+        scale = np.linalg.norm(v)
+        for _ in range(2):                          # twice is enough (Kahan-Parlett)
+            for u in chosen:
+                v -= (u @ v) * u
+        if np.linalg.norm(v) > independent * max(scale, 1e-300):
+            chosen.append(v / np.linalg.norm(v))
+        if len(chosen) == Ts.shape[1]:
+            return Ts @ np.stack(chosen, axis=1)
+    return Ts
 
 
 def bending_matrix(x, faces) -> sp.csr_matrix:
@@ -479,7 +537,7 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
     node_mass = node_mass / node_mass.sum()
     node_held = None if held is None else held_nodes(W, held)
     functions, spectrum = smooth_functions(L, node_mass, max(2 * handles, 2 * getattr(weight_field, "handles", 0)),
-                                           node_held)
+                                           node_held, nodes)
     weights = handle_weights(functions, spectrum, handles, weight_field)
     if node_held is not None:
         weights = held_weights(weights, functions, node_held)
