@@ -37,6 +37,7 @@ CHECKS = {
     "make build-dev": ("make", "build-dev"),
     "make data": ("make", "data"),
     "make train": ("make", "train"),
+    "make train-cloth": ("make", "train-cloth"),
     "make eval": ("make", "eval"),
     "make eval-small": ("make", "eval-small"),
     "python -m engine": ("run", "-m engine --help"),

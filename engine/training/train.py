@@ -219,8 +219,9 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     else:
         params = trainable_parameters(model, fit_weights, closures)
     # a run from `init` keeps the record of the learned materials it carries on
-    # (and of the closures it learned: a run records those and its own)
-    kept = {k: v for k, v in json.loads(read_payload(init).get("meta", "{}")).items() if k in ("materials", "closures")} if init else {}
+    # (and of the closures it learned: a run records those and its own; and of the data ranges)
+    kept = {k: v for k, v in json.loads(read_payload(init).get("meta", "{}")).items()
+            if k in ("materials", "closures", "omega2_range")} if init else {}
     share = SUBSPACE_SHARE if fit_weights else 0.0
     items = load_items(model, data, ("train",), material=material)
     if not items:
@@ -428,7 +429,9 @@ def _save(out, resume, model, opt, step, elapsed, items, history, data, extra_me
         meta["material"] = {"name": name, **material_summary(model, name)}   # the run's own
     else:
         meta = data_statistics(items)
-        meta.update(extra_meta or {})
+        earlier = dict(extra_meta or {})
+        # a kind of material this data lacks keeps the range the initial checkpoint was trained on
+        meta.update(earlier, omega2_range={**earlier.get("omega2_range", {}), **meta["omega2_range"]})
         learned = set(closures) | set(meta.get("closures") or ())
         meta.update(record, closures=[c for c in CLOSURES if c in learned], free_run=free_run)
     save_checkpoint(out, model, meta)
