@@ -277,8 +277,8 @@ def findings(scenes, beam, stress, result) -> list[str]:
 
 def headline_table(scenes) -> str:
     header = ["scene", "vertices", "handles", "volume min", "strain", "max strain", "flipped", "rel_l2 1..24 model", "oracle",
-              "noise floor", "hold still", "rel_l2 whole model", "oracle", "hold still", "amplitude",
-              "end turn model / oracle"]
+              "noise floor", "hold still", "rel_l2 whole model", "oracle", "prior", "model / oracle", "model / prior",
+              "hold still", "amplitude", "end turn model / oracle"]
     rows = []
     for r in scenes.get("scenes", []):
         if "neurok" not in r:
@@ -291,10 +291,21 @@ def headline_table(scenes) -> str:
                      _three(r, "flipped_max", lambda v: _pct(v, 0)),
                      f"**{fmt(h_m.get('24'), 3)}**", fmt(h_o.get("24"), 3),
                      fmt(nf.get("rel_l2"), 3) if nf.get("available") else "n/a", fmt(h_s.get("24"), 3),
-                     f"**{fmt(h_m.get('all'), 3)}**", fmt(h_o.get("all"), 3), fmt(h_s.get("all"), 3),
+                     f"**{fmt(h_m.get('all'), 3)}**", fmt(h_o.get("all"), 3), fmt(_whole(r, "prior"), 3),
+                     _ratio_of(h_m.get("all"), h_o.get("all")), _ratio_of(h_m.get("all"), _whole(r, "prior")),
+                     fmt(h_s.get("all"), 3),
                      fmt(r["neurok"].get("amplitude_ratio"), 2),
                      _end_turns(r)])
     return _table(header, rows)
+
+
+def _whole(row, run):
+    """A run's rel_l2 over the whole rollout in a scene row, or None where it was not run."""
+    return row.get(run, {}).get("horizons", {}).get("all")
+
+
+def _ratio_of(a, b) -> str:
+    return "n/a" if a is None or not b else f"{a / b:.2f}×"
 
 
 def sheets_section(scenes, docs) -> str:

@@ -85,6 +85,8 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False, physics=None) -> dict
     (out / "scenes").mkdir(parents=True, exist_ok=True)
     physics = physics or PhysicsCache(out / "physics")
     engine = open_engine("neurok", model=model_path, device="cpu")
+    prior = open_engine("neurok", model=model_path, device="cpu")   # the same checkpoint, learned layers at zero
+    prior.model.classical_prior()
     handles = cfg.get("oracle_handles")            # None: per mesh, as many as the model's
     cases, notes = scenes_physics(cfg, out / "meshes")
     bar = None if quiet else ProgressBar(len(cases), "scenes")
@@ -108,7 +110,8 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False, physics=None) -> dict
         still = rel_l2_curve(np.repeat(true[:1], len(true), 0), true, diag)
         mm = sequence_metrics(pred, true, setup, fault, truth=truth, keep_series=True)
         mo = sequence_metrics(po, true, setup, fo, truth=truth, keep_series=True)
-        row.update(handles=oracle_handles)
+        pp, fp, _, _ = predict(prior, setup)
+        row.update(handles=oracle_handles, prior=_summary(sequence_metrics(pp, true, setup, fp, truth=truth)))
         row.update(neurok=_summary(mm), oracle=_summary(mo), reference={"plausibility": truth["summary"]},
                    hold_still={"rel_l2_mean": float(still[1:].mean()), "horizons": {
                        "24": float(still[1:25].mean()) if len(still) > 24 else None,
