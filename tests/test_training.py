@@ -246,3 +246,17 @@ def test_the_compression_closure_softens_only_compressed_cloth_and_learns_from_s
     grad = model.energy.compression.weight.grad[0]
     assert torch.isfinite(grad).all() and float(grad[0].abs()) > 0    # a falling sheet compresses somewhere
     assert float(grad[1:].abs().max()) == 0.0                          # the solids' entries are not a sheet's
+
+
+def test_a_run_on_cloth_alone_keeps_the_solids_data_range(trained, tmp_path):
+    """A checkpoint learns its closures from cloth data alone (as the bundled one did), starting
+    from one trained on solids: solids are still scored against the range they were trained on
+    (the out-of-distribution indicator), not left without one."""
+    out, _, _ = trained
+    solid_range = load_checkpoint(out)[1]["omega2_range"]["solid"]
+    cloth = tmp_path / "cloth"
+    generate(cloth, 2, seed=5, frames=8, quiet=True, kind="cloth")
+    again = tmp_path / "cloth.ckpt"
+    train(cloth, again, init=out, steps=1, seed=SEED, quiet=True, closures=("compression",))
+    ranges = load_checkpoint(again)[1]["omega2_range"]
+    assert ranges["solid"] == solid_range and "cloth" in ranges
