@@ -265,10 +265,11 @@ def canonical_functions(vecs, vals, points, mass, equal=1e-6) -> np.ndarray:
     flag's distance from the reference went from 0.105 to 0.122."""
     vecs = np.array(vecs, dtype=np.float64)
     weight = np.asarray(mass, dtype=np.float64) * probe(points)
+    floor = equal * float(np.abs(vals).max(initial=0.0))   # zero modes (a mesh in several pieces) are equal too
     start = 0
     while start < vecs.shape[1]:
         end = start + 1
-        while end < vecs.shape[1] and vals[end] - vals[end - 1] <= equal * max(abs(vals[end]), 1e-12):
+        while end < vecs.shape[1] and vals[end] - vals[end - 1] <= equal * max(abs(vals[end]), floor):
             end += 1
         if end - start > 1:
             block = vecs[:, start:end]
