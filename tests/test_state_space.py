@@ -231,14 +231,14 @@ def test_a_pinned_solid_keeps_its_partly_pinned_cells_as_flexible_as_the_held_bo
     an untrained weight field. Masking them once more scaled such a node by (1 - h)^2 and
     stiffened the cells next to the pins."""
     from engine.learned.model import WeightField
-    from engine.learned.subspace import build_subspace, held_pins
+    from engine.learned.subspace import build_subspace, held_nodes, held_pins
     setup = setup_from_scene(beam_mesh(), beam_scene(4))
     held = held_pins(setup)
     assert held is not None
     sub = build_subspace(setup.rest, setup.faces, "solid", 8, 8, samples=64, contact_samples=16,
                          weight_field=WeightField(8, 32), held=held)
     np.testing.assert_allclose(sub.weights[:, 1:], sub.functions[:, 1:8], atol=1e-12)
-    node_held = np.asarray(sub.W.T @ held).ravel() / np.maximum(np.asarray(sub.W.sum(axis=0)).ravel(), 1e-12)
+    node_held = held_nodes(sub.W, held)
     partly = (node_held > 0.05) & (node_held < 0.95)
     assert partly.any() and np.abs(sub.weights[partly, 1:]).max() > 0.0
 
