@@ -22,6 +22,7 @@ from .integrators import NEWTON_ITERATIONS, matched_theta, step as integrator_st
 from .latent_scene import LatentScene
 from .materials import DTYPE
 from .ood import ood_report
+from .sheet_layer import SheetLayer, layer_wanted
 from .terms import elastic
 
 SUBSTEP = 1.0 / 48.0      # longest latent step (s) of a sheet, and of every body with plain backward Euler
@@ -86,8 +87,11 @@ class NeurokRun(Run):
 
     retry_window = GUARD_FULL_CHECK_EVERY
 
-    def __init__(self, model, setup: Setup, device="cpu", integrator="matched", meta=None, subspace=None):
-        """`subspace`: this one instead of the mesh's cached one (`LatentScene`)."""
+    def __init__(self, model, setup: Setup, device="cpu", integrator="matched", meta=None, subspace=None,
+                 sheet_layer="auto"):
+        """`subspace`: this one instead of the mesh's cached one (`LatentScene`). `sheet_layer`
+        ("auto", "on", "off"): whether a sheet also takes the full-space layer's iterations
+        (`sheet_layer.py`; "auto": up to `SHEET_LAYER_MAX_VERTICES` vertices)."""
         super().__init__(setup)
         t0 = time.perf_counter()
         with torch.no_grad(), single_threaded():   # one thread here too: the fit's many mid-sized
@@ -108,6 +112,7 @@ class NeurokRun(Run):
             self._node_basis_m = (sub.norm.scale * sub.node_basis.reshape(-1, self.scene.dims)).astype(np.float32)
             self._W = sub.W.astype(np.float32).tocsr()
         self._states, self._resume = {}, None
+        self.layer = SheetLayer(setup) if self.scene.kind == "cloth" and layer_wanted(sheet_layer, setup) else None
         self.encode_seconds = time.perf_counter() - t0
         with single_threaded():      # BLAS products: see `guard`
             self.ood = ood_report(self.scene, meta or {})
@@ -126,30 +131,57 @@ class NeurokRun(Run):
         q, qd = self._advance(frame, q, qd, 0.5 * h, splits + 1)
         return self._advance(frame, q, qd, 0.5 * h, splits + 1)
 
-    def _frame(self, frame, q, qd, substeps):
-        """The state after `frame` -> frame + 1, in `substeps` steps."""
+    def _frame(self, frame, state, substeps):
+        """The state (q, q', and a sheet layer's x, v) after `frame` -> frame + 1, in `substeps` steps."""
         h = self.setup.dt / substeps
+        q, qd, x, v = state
         with torch.no_grad():
-            for _ in range(substeps):
-                q, qd = self._advance(frame, q, qd, h)
-        return q, qd
+            for k in range(substeps):
+                if self.layer is None:
+                    q, qd = self._advance(frame, q, qd, h)
+                else:
+                    q, qd, x, v = self._layer_substep(frame, (k + 1) / substeps, x, v, h)
+        return q, qd, x, v
 
-    def latent_frames(self):
-        """Latent state (q, q') per frame, frame 0 first."""
-        q, qd = self.scene.q0, self.scene.qd0
-        self._states = {0: (q, qd)}
-        yield q, qd
+    def _layer_substep(self, frame, end, x, v, h):
+        """A sheet's substep: the latent step from the sheet's projection on the subspace predicts
+        the move of what the subspace holds, inertia the rest; the full-space layer corrects it."""
+        sub = self.scene.sub
+        q = self.scene.encode(sub.norm.forward(x))
+        qd = self.scene.encode_velocity(v / sub.norm.scale)
+        q1, qd1 = self._advance(frame, q, qd, h)
+        held_velocity = self.decode(qd) - self._rest_m
+        guess = x + (self.decode(q1) - self.decode(q)) + h * (v - held_velocity)
+        x1, v1 = self.layer.step(frame, end, x, v, guess, h)
+        return q1, qd1, x1, v1
+
+    def _initial_state(self):
+        x, v = ((np.asarray(self.setup.x0, np.float64), np.asarray(self.setup.v0, np.float64))
+                if self.layer is not None else (None, None))
+        return self.scene.q0, self.scene.qd0, x, v
+
+    def states(self):
+        """The state per frame, frame 0 first: (q, q', x, v), x and v the sheet layer's full
+        state in metres (None without it)."""
+        state = self._initial_state()
+        self._states = {0: state}
+        yield state
         frame = 0
         with single_threaded():
             while frame < self.setup.frames - 1:
-                q, qd = self._frame(frame, q, qd, self.substeps)
+                state = self._frame(frame, state, self.substeps)
                 frame += 1
-                self._states[frame] = (q, qd)
+                self._states[frame] = state
                 self._states.pop(frame - self.retry_window - 1, None)
-                yield q, qd
+                yield state
                 if self._resume is not None:     # the guard recomputed a frame with more substeps
-                    frame, q, qd = self._resume
+                    frame, state = self._resume
                     self._resume = None
+
+    def latent_frames(self):
+        """Latent state (q, q') per frame, frame 0 first."""
+        for q, qd, _, _ in self.states():
+            yield q, qd
 
     @property
     def guard(self):
@@ -166,11 +198,15 @@ class NeurokRun(Run):
         the frames after it are then computed again from there."""
         if t - 1 not in self._states:
             return None
-        q, qd = self._frame(t - 1, *self._states[t - 1], self.substeps * factor)
+        state = self._frame(t - 1, self._states[t - 1], self.substeps * factor)
         self._states = {s: v for s, v in self._states.items() if s < t}
-        self._states[t] = (q, qd)
-        self._resume = (t, q, qd)
-        return self.decode(q)
+        self._states[t] = state
+        self._resume = (t, state)
+        return self._positions(state)
+
+    def _positions(self, state) -> np.ndarray:
+        q, _, x, _ = state
+        return self.decode(q) if x is None else x.astype(np.float32)
 
     def decode(self, q) -> np.ndarray:
         """Vertex positions (metres, float32) of latent q."""
@@ -188,12 +224,12 @@ class NeurokRun(Run):
 
     def _iter_frames(self):
         first = True
-        for q, _ in self.latent_frames():
+        for state in self.states():
             if first:  # frame 0 is the given initial state, not its projection
                 first = False
                 yield np.asarray(self.setup.x0, dtype=np.float32)
                 continue
-            yield self.decode(q)
+            yield self._positions(state)
 
 
 class NeurokEngine(Engine):
