@@ -63,13 +63,58 @@ def hang_vertically(mesh: Mesh) -> Mesh:
     return Mesh(np.stack([v[:, 0], v[:, 2], v[:, 1]], axis=1), np.asarray(mesh.faces), name=mesh.name)
 
 
+# --------------------------------------------------------------------------- cloth on a table
+
+def square_sheet(size=1.0, cells=30, height=0.55) -> Mesh:
+    """A square sheet of `cells` x `cells` quads (alternating diagonals) at `height`, centred on the z axis."""
+    t = np.linspace(-size / 2, size / 2, cells + 1)
+    X, Y = np.meshgrid(t, t, indexing="ij")
+    vertices = np.stack([X.ravel(), Y.ravel(), np.full(X.size, height)], axis=1)
+    faces = []
+    for i in range(cells):
+        for j in range(cells):
+            a, b, c, d = i * (cells + 1) + j, (i + 1) * (cells + 1) + j, (i + 1) * (cells + 1) + j + 1, i * (cells + 1) + j + 1
+            faces += [[a, b, c], [a, c, d]] if (i + j) % 2 == 0 else [[a, b, d], [b, c, d]]
+    return Mesh(vertices, np.array(faces, np.int32), name="sheet")
+
+
+def box_collider(lo, hi, friction=0.5, thickness=0.01, name="table") -> dict:
+    """A closed box as a `neurok.scene/1` collider entry (outward triangles)."""
+    corners = [[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])]
+    faces = []
+    for a, b, c, d in ((0, 1, 3, 2), (4, 6, 7, 5), (0, 4, 5, 1), (2, 3, 7, 6), (0, 2, 6, 4), (1, 5, 7, 3)):
+        faces += [[a, b, c], [a, c, d]]
+    return {"name": name, "faces": faces, "vertices": corners, "friction": friction, "thickness": thickness}
+
+
+def drape_case(frames, size=1.0, cells=30, table=0.5):
+    """A square cloth dropped from 5 cm onto a smaller square table (a box Collision object) on the floor."""
+    mesh = square_sheet(size, cells, height=table + 0.05)
+    scene = _scene(frames, "cloth", floor={"z": 0.0})
+    scene["colliders"] = [box_collider((-table / 2, -table / 2, 0.0), (table / 2, table / 2, table))]
+    return mesh, scene
+
+
+def overhang_tilt(x, rest, faces, table_half) -> float:
+    """Mean angle (degrees, area-weighted) between the vertical and the triangles of a draped
+    sheet that lie beyond the table's edge at rest: 0 where they hang straight down, 90 flat."""
+    faces = np.asarray(faces)
+    centre = np.asarray(rest)[faces].mean(axis=1)
+    over = np.abs(centre[:, :2]).max(axis=1) > table_half * 1.08
+    n = np.cross(x[faces[:, 1]] - x[faces[:, 0]], x[faces[:, 2]] - x[faces[:, 0]])
+    area = np.linalg.norm(n, axis=1)
+    tilt = np.degrees(np.arcsin(np.clip(np.abs(n[:, 2]) / np.maximum(area, 1e-12), 0.0, 1.0)))
+    return float((tilt[over] * area[over]).sum() / max(area[over].sum(), 1e-12))
+
+
 def evaluation_scenes(names, frames, cache_dir):
     """[(case name, title, Mesh, scene dict, source)] for the chosen case names, and notes on
     what could not be made. Names: the bundled scenes (toy_drop, jelly_poke, flag_wind) and the
-    Blender primitives (monkey, cone, torus, cylinder, uv_sphere, ico_sphere, grid)."""
+    Blender primitives (monkey, cone, torus, cylinder, uv_sphere, ico_sphere, grid) and the
+    cloth dropped on a table (drape)."""
     samples, scenes = bundled_samples(), bundled_scenes()
     sample_of = {"toy_drop": "soft_toy", "jelly_poke": "jelly", "flag_wind": "flag"}
-    wanted_prims = [n for n in names if n not in sample_of]
+    wanted_prims = [n for n in names if n not in sample_of and n != "drape"]
     prims, note = blender_primitives(cache_dir, wanted_prims) if wanted_prims else ({}, None)
     cases, notes = [], [note] if note else []
     for n in names:
@@ -79,6 +124,10 @@ def evaluation_scenes(names, frames, cache_dir):
                 continue
             scene = dict(scenes[n], frames=int(frames))
             cases.append((n, f"bundled sample '{sample_of[n]}', scene {n}.json", samples[sample_of[n]], scene, "bundled"))
+        elif n == "drape":
+            mesh, scene = drape_case(frames)
+            cases.append((n, "a square cloth dropped onto a smaller table (a box Collision object)", mesh, scene,
+                          "procedural"))
         elif n in prims:
             mesh = hang_vertically(prims[n]) if n == "grid" else prims[n]
             title, scene = primitive_setups(mesh, frames)

@@ -242,8 +242,9 @@ class NeurokEngine(Engine):
         for p in self.model.parameters():
             p.requires_grad_(False)
 
-    def prepare(self, setup: Setup) -> NeurokRun:
-        return NeurokRun(self.model, setup, self.device, self.integrator, self.meta)
+    def prepare(self, setup: Setup, sheet_layer: str = "auto") -> NeurokRun:
+        """`sheet_layer`: "auto", "on" or "off" (`NeurokRun`)."""
+        return NeurokRun(self.model, setup, self.device, self.integrator, self.meta, sheet_layer=sheet_layer)
 
     def sample_pose(self, setup: Setup, seed=0, temperature=1.0) -> np.ndarray:
         """A plausible deformed pose: a draw from the Boltzmann distribution of the learned elastic
