@@ -140,17 +140,16 @@ class NeurokRun(Run):
                 if self.layer is None:
                     q, qd = self._advance(frame, q, qd, h)
                 else:
-                    q, qd, x, v = self._layer_substep(frame, (k + 1) / substeps, x, v, h)
+                    q, qd, x, v = self._layer_substep(frame, (k + 1) / substeps, q, qd, x, v, h)
         return q, qd, x, v
 
-    def _layer_substep(self, frame, end, x, v, h):
-        """A sheet's substep: the latent step from the sheet's projection on the subspace predicts
-        the move of what the subspace holds, inertia the rest; the full-space layer corrects it."""
-        sub = self.scene.sub
-        q = self.scene.encode(sub.norm.forward(x))
-        qd = self.scene.encode_velocity(v / sub.norm.scale)
+    def _layer_substep(self, frame, end, q, qd, x, v, h):
+        """A sheet's substep. The latent state runs its own course (the learned dynamics carry the
+        global motion): its move predicts how the part of the sheet the subspace holds moves, and
+        inertia the rest (the sheet's velocity less its projection on the subspace); the
+        full-space layer corrects that prediction."""
         q1, qd1 = self._advance(frame, q, qd, h)
-        held_velocity = self.decode(qd) - self._rest_m
+        held_velocity = self.decode(self.scene.encode_velocity(v / self.scene.sub.norm.scale)) - self._rest_m
         guess = x + (self.decode(q1) - self.decode(q)) + h * (v - held_velocity)
         x1, v1 = self.layer.step(frame, end, x, v, guess, h)
         return q1, qd1, x1, v1
