@@ -77,7 +77,7 @@ class ReferenceSimulator:
         self.diagonal = float(np.linalg.norm(rest.max(axis=0) - rest.min(axis=0))) or 1.0
         self.cloth = mat["kind"] == "cloth"
         self.direct_solve = self.cloth  # stiff springs: CG converges slowly
-        self.colliders = list(getattr(setup, "colliders", None) or [])
+        self.colliders = list(setup.colliders)
         self.lattice = None
         if mat["kind"] == "cloth":
             self.W = sp.identity(n, format="csr")
