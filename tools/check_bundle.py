@@ -337,7 +337,7 @@ def main(argv=None) -> int:
         env["TMPDIR"] = str(work / "tmp")
         out_json = work / "child.json"
         out_json.unlink(missing_ok=True)
-        # -I: no user site-packages, no PYTHON* variables, not even this script's folder on sys.path
+        # -I: no user site-packages, no PYTHON* variables, not even this script's folder on the import path
         cmd = [py, "-I", str(Path(__file__).resolve()), "--child", str(zip_path), str(out_json), str(ROOT)]
         t0 = time.perf_counter()
         try:

@@ -68,7 +68,7 @@ class ReferenceSimulator:
         self.setup = setup
         self.budget = budget
         self.work_peak = Work()         # the most work any substep has done so far
-        self.work_log = None            # a list to get every substep's `Work` (tools/work_budget_scan.py)
+        self.work_log = None            # a list to get every substep's `Work` (experiments/work_budget_scan.py)
         self.cancel = None
         self.on_substep = None
         mat = setup.material

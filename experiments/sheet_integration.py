@@ -1,6 +1,6 @@
 """A sheet's distance and stretch against how exactly its membrane energy is integrated.
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/sheet_integration.py [--scenes eval_out/small/scenes]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/sheet_integration.py [--scenes eval_out/small/scenes]
         [--only flag_wind,grid] [--details medium,high]
 
 For the sheets `make eval-small` kept (their reference frames in `eval_out/small/scenes`), the
@@ -8,20 +8,18 @@ learned engine at each detail with three integrations of its membrane energy: th
 cubature as shipped (`subspace.fitted_cubature`: at most max(200, coordinates / 2) triangles),
 as many triangles as coordinates, and every triangle (full integration). Prints the cubature's
 held-out force error, rel_l2 over the whole rollout (x hold-still), the mean edge strain over the
-reference's, the largest share of flipped (folded-over) triangles (`prior_vs_trained.measures`),
+reference's, the largest share of flipped (folded-over) triangles (`engine.evaluation.prior_vs_trained.measures`),
 and ms per frame (timed beside whatever else runs).
 """
 from __future__ import annotations
 
 import argparse
 import copy
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:
@@ -31,7 +29,7 @@ def main(argv=None) -> int:
     from engine.core.scene import setup_from_scene
     from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
     from engine.evaluation.scenes import evaluation_scenes
-    from tools.prior_vs_trained import measures
+    from engine.evaluation.prior_vs_trained import measures
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", default="eval_out/small/scenes")
     p.add_argument("--only", default="flag_wind,grid")

@@ -1,6 +1,6 @@
 """What a learned density or a learned material scale could buy at best on the held-out scenes.
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/learning_headroom.py [--scenes eval_out/small/scenes]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/learning_headroom.py [--scenes eval_out/small/scenes]
         [--only torus,jelly_poke,toy_drop] [--correction "-0.3,0;0.3,0"] [--material "damping=0.5;stiffness=0.5"]
 
 The bundled model (its classical prior) on the scenes `make eval-small` keeps, against their
@@ -17,19 +17,17 @@ reference frames, changed one way at a time:
   coarse sheet cannot form.
 Prints rel_l2 over the whole rollout and over frames 1..24 (x hold-still), and beside them the lowest
 volume / rest, the mean edge strain (and it over the reference's) and the largest share of flipped
-triangles (`prior_vs_trained.measures`), per scene; a run whose step cannot be solved says so.
+triangles (`engine.evaluation.prior_vs_trained.measures`), per scene; a run whose step cannot be solved says so.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:
@@ -40,7 +38,7 @@ def main(argv=None) -> int:
     from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
     from engine.evaluation.scenes import evaluation_scenes
     from engine.learned.materials import CORRECTION_BOUND
-    from tools.prior_vs_trained import describe, measures
+    from engine.evaluation.prior_vs_trained import describe, measures
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", default="eval_out/small/scenes")
     p.add_argument("--only", default="toy_drop,jelly_poke,flag_wind,torus,grid")
