@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("--sheets", default=None, help="folder for a contact sheet per scene")
     pt.add_argument("--physics", default="eval_out/small/physics", help="the evaluation's physics cache")
     pt.add_argument("--free-pins", action="store_true",
-                    help="both runs with handles of the free body (that move the pins too), as before the subspace held them")
+                    help="both runs with handles of the free body (that move the pins too), as before the subspace "
+                         "held them")
     pt.add_argument("--require-closer", action="store_true",
                     help="exit with status 1 unless the trained model's mean distance is below its prior's")
 

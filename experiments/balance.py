@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 
 
-
 def cases(radius):
     box = lambda lo, hi: {"box": {"min": lo, "max": hi}}   # noqa: E731
     floor = {"z": -radius}

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 
-
 def main(argv=None) -> int:
     import torch
 

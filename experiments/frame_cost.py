@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 
-
 def timed(owner, name, totals, key):
     """Wrap owner.name so its wall time adds up in totals[key]."""
     inner = getattr(owner, name)

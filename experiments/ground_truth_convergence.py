@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 
 
-
 def tilt_degrees(x0, x1) -> float:
     """Angle between the body's up axis at rest and at x1 (best-fit rotation, Kabsch)."""
     from engine.core.measures import best_rotation

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 
-
 REPEATS = 3
 
 

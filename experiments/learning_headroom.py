@@ -24,10 +24,8 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-from pathlib import Path
 
 import numpy as np
-
 
 
 def main(argv=None) -> int:
@@ -36,9 +34,8 @@ def main(argv=None) -> int:
     from engine.core.errors import SimulationFault
     from engine.core.scene import MATERIAL_PRESETS, setup_from_scene
     from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
-    from engine.evaluation.scenes import evaluation_scenes
     from engine.learned.materials import CORRECTION_BOUND
-    from engine.evaluation.prior_vs_trained import describe, measures
+    from engine.evaluation.prior_vs_trained import describe, measures, kept_scenes
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", default="eval_out/small/scenes")
     p.add_argument("--only", default="toy_drop,jelly_poke,flag_wind,torus,grid")
@@ -54,13 +51,7 @@ def main(argv=None) -> int:
     variants += [(f"material {m}", None, dict((kv.split("=")[0], float(kv.split("=")[1])) for kv in m.split(",")))
                  for m in args.material.split(";") if m]
     variants += [(f"compression {c}", None, {"compression": float(c)}) for c in args.compression.split(";") if c]
-    cases, notes = evaluation_scenes(args.only.split(","), 36, Path(args.scenes).parent / "meshes")
-    for name, _, mesh, scene, _ in cases:
-        path = Path(args.scenes) / f"{name}.npz"
-        if not path.exists():
-            print(f"{name}: no {path} (run make eval-small first)")
-            continue
-        true = np.load(path)["reference"].astype(np.float64)
+    for name, mesh, scene, true in kept_scenes(args.only.split(","), args.scenes):
         setup = setup_from_scene(mesh, scene)
         diag = bbox_diagonal(true[0])
         still = rel_l2_curve(np.repeat(true[:1], len(true), 0), true, diag)
@@ -89,8 +80,6 @@ def main(argv=None) -> int:
             print(f"{name} | {label} | rel_l2 {m['rel_l2']:.4f} ({m['rel_l2'] / still[1:].mean():.3f}x hold-still), "
                   f"1..24 {c[1:25].mean() / still[1:25].mean():.3f}x | {describe(m)}, strain {m['strain'] / strain:.2f}x "
                   "the reference's", flush=True)
-    for n in notes:
-        print(n)
     return 0
 
 

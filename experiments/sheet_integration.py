@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import copy
 import time
-from pathlib import Path
 
 import numpy as np
-
 
 
 def main(argv=None) -> int:
@@ -28,8 +26,7 @@ def main(argv=None) -> int:
     from engine.api import open_engine
     from engine.core.scene import setup_from_scene
     from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
-    from engine.evaluation.scenes import evaluation_scenes
-    from engine.evaluation.prior_vs_trained import measures
+    from engine.evaluation.prior_vs_trained import measures, kept_scenes
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", default="eval_out/small/scenes")
     p.add_argument("--only", default="flag_wind,grid")
@@ -49,13 +46,7 @@ def main(argv=None) -> int:
     integrations = {"fitted (shipped)": shipped, "samples = coordinates": with_samples(1.0),
                     "every triangle": with_samples(None)}
     engine = open_engine("neurok", model=None, device="cpu")
-    cases, notes = evaluation_scenes(args.only.split(","), 36, Path(args.scenes).parent / "meshes")
-    for name, _, mesh, scene, _ in cases:
-        path = Path(args.scenes) / f"{name}.npz"
-        if not path.exists():
-            print(f"{name}: no {path} (run make eval-small first)")
-            continue
-        true = np.load(path)["reference"].astype(np.float64)
+    for name, mesh, scene, true in kept_scenes(args.only.split(","), args.scenes):
         diag = bbox_diagonal(true[0])
         still = rel_l2_curve(np.repeat(true[:1], len(true), 0), true, diag)[1:].mean()
         reference = measures(true, true, setup_from_scene(mesh, scene))
@@ -77,8 +68,6 @@ def main(argv=None) -> int:
                       f"({m['rel_l2'] / still:.2f}x hold-still) | strain {m['strain'] / reference['strain']:.2f}x the "
                       f"reference's, flipped {m['flipped']:.0%} (reference {reference['flipped']:.0%}) | {ms:.0f} ms/frame",
                       flush=True)
-    for n in notes:
-        print(n)
     return 0
 
 

@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 
 
-
 def spinning_cube(frames=12):
     from engine.core.scene import setup_from_scene
     from engine.training.shapes import make_sample

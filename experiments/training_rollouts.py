@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 
-
 def main(argv=None):
     from engine.learned.model import ModelConfig, NeurokModel
     from engine.training import train as T

@@ -102,3 +102,19 @@ def prior_vs_trained_command(model, frames, json_path, sheets, physics, free_pin
         print(f"{result['model']}: not closer to the reference than its classical prior; keep the bundled checkpoint")
         return 1
     return 0
+
+
+def kept_scenes(names, scenes="eval_out/small/scenes", frames: int = 36, out=print):
+    """The held-out scenes whose reference frames `make eval-small` kept in `scenes` (NAME.npz), for the
+    experiments: (name, mesh, scene, reference [T,N,3] float64) each, a line to `out` for each one missing,
+    then the scene list's notes."""
+    from .scenes import evaluation_scenes
+    cases, notes = evaluation_scenes(list(names), frames, Path(scenes).parent / "meshes")
+    for name, _, mesh, scene, _ in cases:
+        path = Path(scenes) / f"{name}.npz"
+        if not path.exists():
+            out(f"{name}: no {path} (run make eval-small first)")
+            continue
+        yield name, mesh, scene, np.load(path)["reference"].astype(np.float64)
+    for note in notes:
+        out(note)
