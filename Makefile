@@ -44,7 +44,7 @@ train: data
 		--closures dissipation --free-run 30 --out runs/default_dissipation.ckpt --minutes 20
 	$(VPY) -m engine train --init runs/default_dissipation.ckpt --data data/train_l8 data/train_cloth \
 		--closures compression --free-run 30 --out runs/default.ckpt --minutes 20
-	$(VPY) tools/prior_vs_trained.py --model runs/default.ckpt --json runs/default_vs_prior.json --require-closer
+	$(VPY) -m engine prior-vs-trained --model runs/default.ckpt --json runs/default_vs_prior.json --require-closer
 	cp runs/default.ckpt assets/neurok_default.ckpt
 
 # The bundled checkpoint as it was made (2026-12-04, night): the same two stages on the cloth data alone,
@@ -57,7 +57,7 @@ train-cloth: $(STAMP)
 		--closures dissipation --free-run 30 --out runs/cloth_dissipation.ckpt --minutes 12
 	$(VPY) -m engine train --init runs/cloth_dissipation.ckpt --data data/train_cloth \
 		--closures compression --free-run 30 --out runs/cloth.ckpt --minutes 12
-	$(VPY) tools/prior_vs_trained.py --model runs/cloth.ckpt --json runs/cloth_vs_prior.json --require-closer
+	$(VPY) -m engine prior-vs-trained --model runs/cloth.ckpt --json runs/cloth_vs_prior.json --require-closer
 	cp runs/cloth.ckpt assets/neurok_default.ckpt
 
 # The learned materials the bundled checkpoint carries (docs/MODEL_CARD.md, docs/FOREIGN_DATA.md):

@@ -131,6 +131,24 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--preset", choices=("small", "full"), default="small")
     ev.add_argument("--out", default="eval_out")
     ev.add_argument("--model")
+
+    pt = sub.add_parser("prior-vs-trained", help="a checkpoint against its own classical prior on the held-out scenes "
+                                                 "(the rule for bundling a trained model)")
+    pt.add_argument("--model", default=None, help="default: the bundled checkpoint")
+    pt.add_argument("--frames", type=_positive_int, default=36)
+    pt.add_argument("--json", default=None)
+    pt.add_argument("--sheets", default=None, help="folder for a contact sheet per scene")
+    pt.add_argument("--physics", default="eval_out/small/physics", help="the evaluation's physics cache")
+    pt.add_argument("--free-pins", action="store_true",
+                    help="both runs with handles of the free body (that move the pins too), as before the subspace "
+                         "held them")
+    pt.add_argument("--require-closer", action="store_true",
+                    help="exit with status 1 unless the trained model's mean distance is below its prior's")
+
+    cb = sub.add_parser("calibration-bar", help="stiffness in Pa means Pa: Blender's 0.1 x 0.1 x 1 m bar hanging "
+                                                "from its top face, learned engine vs reference vs textbook")
+    cb.add_argument("--model", default=None, help="default: the bundled checkpoint")
+    cb.add_argument("--trained", action="store_true", help="also run the checkpoint's learned layers as they are")
     return p
 
 
@@ -247,21 +265,33 @@ def cmd_evalsuite(args):
     run_suite(args.preset, args.out, args.model)
 
 
+def cmd_prior_vs_trained(args):
+    from .evaluation.prior_vs_trained import prior_vs_trained_command
+    return prior_vs_trained_command(args.model, args.frames, args.json, args.sheets, args.physics, args.free_pins,
+                                    args.require_closer)
+
+
+def cmd_calibration_bar(args):
+    from .evaluation.physical import calibration_bar_command
+    return calibration_bar_command(args.model, args.trained)
+
+
 COMMANDS = {"simulate": cmd_simulate, "generate": cmd_generate, "train": cmd_train, "eval": cmd_eval,
-            "bench": cmd_bench, "specialize": cmd_specialize, "demo": cmd_demo, "evalsuite": cmd_evalsuite}
+            "bench": cmd_bench, "specialize": cmd_specialize, "demo": cmd_demo, "evalsuite": cmd_evalsuite,
+            "prior-vs-trained": cmd_prior_vs_trained, "calibration-bar": cmd_calibration_bar}
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
     except NeurokError as e:
         print(f"neurok {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"neurok {args.command}: interrupted", file=sys.stderr)
         return 130
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

@@ -2,10 +2,10 @@
 user folders, enable it, and drive the operators with the reference engine on small meshes.
 
 bpy state (and the BLENDER_USER_* folders, read when bpy is imported) must not leak between tests,
-so the Blender work runs in subprocesses: this file is also the child script
-(`python tests/test_blender_addon.py phase1|phase2 ZIP WORKDIR OUT.json`). Phase 1 performs the
-checks in order on one scene and saves it; phase 2 reopens the saved .blend in a fresh process.
-Each check is recorded as {"ok": bool, "detail": str}; the pytest functions below assert them.
+so the Blender work runs in child processes of the shared harness (tools/blender_harness.py, which
+runs this file's `child(phase, ZIP, WORKDIR, OUT.json)`). Phase 1 performs the checks in order on one
+scene and saves it; phase 2 reopens the saved .blend in a fresh process. Each check is recorded as
+{"ok": bool, "detail": str}; the pytest functions below assert them.
 """
 from __future__ import annotations
 
@@ -14,86 +14,33 @@ import json
 import os
 import subprocess
 import sys
-import traceback
 from pathlib import Path
+
+import blender_harness as bh
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAMES = (1, 6)  # scene frame range used by every bake here (6 frames)
-PKG = "bl_ext.user_default.neurok"
+PKG = bh.PKG
 
-if __name__ != "__main__":
-    import pytest
-
-    pytestmark = [pytest.mark.blender,
-                  pytest.mark.skipif(importlib.util.find_spec("bpy") is None, reason="bpy is not installed")]
+pytestmark = [pytest.mark.blender,
+              pytest.mark.skipif(importlib.util.find_spec("bpy") is None, reason="bpy is not installed")]
 
 
-# =========================================================================== child (runs inside bpy)
+# =========================================================================== child (the harness runs it)
 
-def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
+def child(phase: str, zip_path: str, work: str, out_json: str) -> None:
     import importlib
-    import struct
-
-    import numpy as np
-
-    results: dict = {}
-
-    def record(name, ok, detail=""):
-        results[name] = {"ok": bool(ok), "detail": str(detail)[:4000]}
-
-    class check:
-        def __init__(self, name):
-            self.name = name
-
-        def __enter__(self):
-            print("CHECK", self.name, flush=True)
-            return self
-
-        def __exit__(self, et, ev, tb):
-            if et is None:
-                results.setdefault(self.name, {"ok": True, "detail": ""})
-            else:
-                record(self.name, False, "".join(traceback.format_exception(et, ev, tb))[-3000:])
-            dump()  # a crash later still leaves what was checked
-            return True  # keep going: later checks still report
-
-    def dump():
-        Path(out_json).write_text(json.dumps(results, indent=1))
 
     import bpy
+    import numpy as np
 
-    def eval_co(obj, frame, subframe=0.0):
-        bpy.context.scene.frame_set(frame, subframe=subframe)
-        dg = bpy.context.evaluated_depsgraph_get()
-        ev = obj.evaluated_get(dg)
-        me = ev.to_mesh()
-        co = np.empty(len(me.vertices) * 3, np.float32)
-        me.vertices.foreach_get("co", co)
-        ev.to_mesh_clear()
-        return co.reshape(-1, 3)
-
-    def select_only(obj):
-        bpy.context.view_layer.update()
-        bpy.ops.object.select_all(action='DESELECT')
-        if obj is not None:
-            obj.select_set(True)
-        bpy.context.view_layer.objects.active = obj
-
-    def op_error(fn, **kw):
-        """Run an operator that should fail: (message, result) with message from the raised report."""
-        try:
-            return None, fn(**kw)
-        except RuntimeError as e:
-            return str(e).strip(), None
+    checks = bh.Checks(out_json)
+    results, record, check, dump = checks.results, checks.record, checks, checks.dump
+    eval_co, select_only, op_error, read_pc2 = bh.eval_co, bh.select_only, bh.op_error, bh.read_pc2
 
     def one_sentence(msg):
-        body = msg.split(":", 1)[1].strip() if msg.startswith("Error:") else msg
-        return body.endswith(".") and body.count(". ") == 0 and "\n" not in body and "Traceback" not in body
-
-    def read_pc2(path):
-        data = Path(path).read_bytes()
-        _m, _v, n, _s, _r, t = struct.unpack_from("<12siiffi", data)
-        return np.frombuffer(data, "<f4", offset=32).reshape(t, n, 3).copy()
+        return bh.one_sentence(msg, single=True)
 
     def snapshot_keys(obj):
         key = obj.data.shape_keys
@@ -115,25 +62,15 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         return
 
     # ------------------------------------------------------------------ install
-    bpy.ops.wm.read_factory_settings(use_empty=True)
     with check("install"):
-        r = bpy.ops.extensions.package_install_files(filepath=zip_path, repo="user_default", enable_on_install=True)
-        assert r == {'FINISHED'}, r
-        assert PKG in sys.modules, sorted(m for m in sys.modules if m.startswith("bl_ext"))
+        bh.install(zip_path)
         for name in ("preview", "bake_cache", "bake_shape_keys", "free_bake", "specialize", "sample_pose", "export_scene"):
             assert hasattr(bpy.ops.neurok, name), name
         assert hasattr(bpy.types.Object, "neurok") and hasattr(bpy.types.Scene, "neurok")
     addon = sys.modules[PKG]
-    animation = importlib.import_module(PKG + ".animation")
-    cache_files = importlib.import_module(PKG + ".cache_files")
-    export = importlib.import_module(PKG + ".export")
-    gather = importlib.import_module(PKG + ".gather")
-    mesh_data = importlib.import_module(PKG + ".mesh_data")
-    records = importlib.import_module(PKG + ".records")
-    shape_keys = importlib.import_module(PKG + ".shape_keys")
-    jobs = importlib.import_module(PKG + ".jobs")
-    link = importlib.import_module(PKG + ".engine_link")
-    fields = importlib.import_module(PKG + ".fields")
+    animation, cache_files, export, gather, mesh_data, records, shape_keys, jobs, link, fields = bh.addon_modules(
+        "animation", "cache_files", "export", "gather", "mesh_data", "records", "shape_keys", "jobs", "engine_link",
+        "fields")
     with check("engine_vendored"):
         assert link.VENDORED, "engine was not vendored"
         assert link.formats.__name__ == PKG + ".engine.core.formats", link.formats.__name__
@@ -365,23 +302,27 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         record("pin_target_moves_pins", True, f"pinned vertices moved {moved:.3f} m along +Y (target 0.1)")
 
     # ------------------------------------------------------------------ cancel (synchronous: from the progress hook)
+    def bake_cancelled_after(frames, calls=None):
+        """Bake Cache on the selection, cancelled once `frames` frames are done (`calls`: the progress seen)."""
+        def hook(job, done, total):
+            if calls is not None:
+                calls.append(done)
+            if done >= frames:
+                job.cancel.set()
+
+        jobs.progress_hooks.append(hook)
+        try:
+            return bpy.ops.neurok.bake_cache()
+        finally:
+            jobs.progress_hooks.remove(hook)
+
     with check("cancel_fresh_leaves_nothing"):
         bpy.ops.mesh.primitive_ico_sphere_add(subdivisions=2, radius=0.15, location=(2, 0, 0.5))
         ball = bpy.context.active_object
         ball.name = "Ball"
         expected_path = cache_files.cache_file_for(ball)[0]
         calls = []
-
-        def hook(job, done, total):
-            calls.append(done)
-            if done >= 2:
-                job.cancel.set()
-
-        jobs.progress_hooks.append(hook)
-        try:
-            r = bpy.ops.neurok.bake_cache()
-        finally:
-            jobs.progress_hooks.remove(hook)
+        r = bake_cancelled_after(2, calls)
         assert r == {'CANCELLED'}, r
         assert calls and max(calls) < T, calls
         assert not ball.modifiers and ball.data.shape_keys is None and ball.neurok.bake.kind == 'NONE'
@@ -392,33 +333,14 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         path = bpy.path.abspath(jelly.modifiers["NeuROK Cache"].filepath)
         before = Path(path).read_bytes()
         jelly.neurok.stiffness *= 2
-
-        def hook2(job, done, total):
-            if done >= 2:
-                job.cancel.set()
-
-        jobs.progress_hooks.append(hook2)
-        try:
-            r = bpy.ops.neurok.bake_cache()
-        finally:
-            jobs.progress_hooks.remove(hook2)
+        r = bake_cancelled_after(2)
         assert r == {'CANCELLED'}, r
         assert Path(path).read_bytes() == before
         assert [m.name for m in jelly.modifiers] == ["NeuROK Cache"]
         jelly.neurok.stiffness /= 2
 
     # ------------------------------------------------------------------ cloth grid: fields, preview, topology
-    bpy.ops.mesh.primitive_grid_add(x_subdivisions=10, y_subdivisions=10, size=0.5, location=(0, 2, 1.0),
-                                    rotation=(1.5707963, 0, 0))
-    flag = bpy.context.active_object
-    flag.name = "Flag"
-    fl = np.array([v.co[:] for v in flag.data.vertices])
-    pole = flag.vertex_groups.new(name="Pole")
-    pole.add([int(i) for i in np.nonzero(fl[:, 0] < fl[:, 0].min() + 1e-4)[0]], 1.0, 'REPLACE')
-    allg = flag.vertex_groups.new(name="All")
-    allg.add(list(range(len(fl))), 1.0, 'REPLACE')
-    flag.neurok.preset = 'cloth'
-    flag.neurok.pin_group = "Pole"
+    flag = bh.pole_flag("Flag", (0, 2, 1.0), size=0.5, cuts=10)
     bpy.ops.object.effector_add(type='WIND', location=(0, 1.0, 1.0), rotation=(-1.5707963, 0, 0))
     wind = bpy.context.active_object
     wind.name = "Wind"
@@ -451,12 +373,7 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         assert np.allclose(acc[0], [2.0, 0, 0]) and np.allclose(acc[1], [2.0 * 1.5 ** -2, 0, 0]) and np.allclose(acc[2], 0)
     with check("keyframed_force"):
         base = gather.gather(bpy.context, flag).setup.accel_frames()
-        f = flag.neurok.forces.add()
-        f.name, f.vertex_group, f.direction, f.profile = "Gust", "All", (0, 2, 0), 'KEYFRAMED'
-        f.strength = 0.0
-        flag.keyframe_insert('neurok.forces[0].strength', frame=1)
-        f.strength = 10.0
-        flag.keyframe_insert('neurok.forces[0].strength', frame=6)
+        f = bh.keyed_gust(flag, (0, 2, 0), frames=(1, 6))
         inputs = gather.gather(bpy.context, flag)
         fc = animation.find_fcurve(flag, "neurok.forces[0].strength")
         assert fc is not None and 0.0 < fc.evaluate(3) < 10.0
@@ -496,8 +413,8 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         assert r == {'FINISHED'}, r
         sc = link.scene.read_scene(out)
         mesh = link.formats.read_mesh(out.with_suffix(".obj"))
-        assert len(mesh.vertices) == len(fl)
-        assert sc["pins"] and len(sc["pins"][0]["select"]["weights"]) == len(fl)
+        assert len(mesh.vertices) == len(flag.data.vertices)
+        assert sc["pins"] and len(sc["pins"][0]["select"]["weights"]) == len(flag.data.vertices)
         setup = link.scene.setup_from_scene(mesh, sc)
         inputs = gather.gather(bpy.context, flag)
         assert np.allclose(setup.pin_weight, inputs.setup.pin_weight)
@@ -589,47 +506,14 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         handle.keyframe_insert("location", frame=4)  # editing its animation is
         assert preview_mod.fingerprint(bpy.context, jelly) != fj
         scene.frame_set(1)
-    def dummy_of(op_cls):
-        """The operator's methods on a plain object: modal() can then be driven with fake TIMER/ESC events,
-        which a windowless Blender never sends."""
-        ns = {}
-        for klass in reversed(op_cls.__mro__):
-            if klass.__module__.startswith(PKG):
-                ns.update({k: v for k, v in vars(klass).items() if not k.startswith("__")})
-        ns["report"] = lambda self, kind, msg: self.reports.append((sorted(kind)[0], msg))
-        d = type("Dummy" + op_cls.__name__, (), ns)()
-        d.reports = []
-        return d
-
-    from types import SimpleNamespace
-    fake_ctx = SimpleNamespace(scene=scene, view_layer=bpy.context.view_layer, window=None,
-                               window_manager=bpy.context.window_manager, active_object=flag,
-                               preferences=bpy.context.preferences)
-    TIMER = SimpleNamespace(type='TIMER', value='NOTHING')
-    ESC = SimpleNamespace(type='ESC', value='PRESS')
+    dummy_of, TIMER, ESC = bh.dummy_of, bh.TIMER, bh.ESC
+    fake_ctx = bh.fake_context(flag)
 
     def start_modal(d, kind, obj, stream=False):
-        inputs = gather.gather(fake_ctx, obj)
-        if hasattr(d, "_setup_state"):
-            d._setup_state(inputs)
-            d._fingerprint = importlib.import_module(PKG + ".operators.preview").fingerprint(fake_ctx, obj)
-        d._obj_name, d._timer = obj.name, None
-        job = jobs.Job(kind, inputs, stream=stream)
-        job.handler = d.on_message
-        jobs.JOBS[obj.name] = job
-        d._job = job
-        job.start()
-        return job
+        return bh.start_job(d, kind, obj, fake_ctx, stream)
 
     def pump(d, until, limit=120.0, event=TIMER):
-        import time as _time
-        deadline = _time.time() + limit
-        while _time.time() < deadline:
-            result = d.modal(fake_ctx, event)
-            if until(result):
-                return result
-            _time.sleep(0.03)
-        raise AssertionError("modal operator did not get there in time")
+        return bh.pump(d, fake_ctx, until, limit, event)
 
     with check("modal_preview_live"):
         op_preview = importlib.import_module(PKG + ".operators.preview").NEUROK_OT_preview
@@ -868,126 +752,78 @@ def _phase2(work, results, record, check, eval_co, read_pc2):
 
 # =========================================================================== pytest side
 
-def _run_child(phase, zip_path, work, env):
-    out = Path(work) / f"{phase}.json"
-    proc = subprocess.run([sys.executable, __file__, phase, str(zip_path), str(work), str(out)],
-                          env=env, capture_output=True, text=True, timeout=600)
-    if not out.is_file():
-        raise AssertionError(f"{phase} crashed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(out.read_text()), proc
+@pytest.fixture(scope="module")
+def results(addon_zip, tmp_path_factory):
+    """Phase 1, then phase 2 in a fresh process on the same user folders and saved scene."""
+    work = tmp_path_factory.mktemp("blender")
+    env = bh.user_env(work)
+    res1 = bh.checked(__file__, ["phase1", addon_zip, work, work / "phase1.json"], work / "phase1.json", env, 600)
+    res2 = bh.checked(__file__, ["phase2", addon_zip, work, work / "phase2.json"], work / "phase2.json", env, 600)
+    return {**res1, **res2, "_log": res1["_log"][-2000:] + res2["_log"][-2000:]}
 
 
-if __name__ != "__main__":
-
-    @pytest.fixture(scope="module")
-    def addon_zip(tmp_path_factory):
-        out = tmp_path_factory.mktemp("dist")
-        stage = tmp_path_factory.mktemp("stage")
-        proc = subprocess.run([sys.executable, str(ROOT / "build.py"), "--no-wheels", "--out-dir", str(out),
-                               "--stage-dir", str(stage)],
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        zips = list(out.glob("neurok-*.zip"))
-        assert len(zips) == 1, zips
-        return zips[0]
-
-    @pytest.fixture(scope="module")
-    def results(addon_zip, tmp_path_factory):
-        work = tmp_path_factory.mktemp("blender")
-        env = dict(os.environ)
-        for var, sub in (("BLENDER_USER_CONFIG", "config"), ("BLENDER_USER_SCRIPTS", "scripts"),
-                         ("BLENDER_USER_EXTENSIONS", "extensions")):
-            (work / sub).mkdir()
-            env[var] = str(work / sub)
-        env["TMPDIR"] = str(work / "tmp")
-        (work / "tmp").mkdir()
-        res1, p1 = _run_child("phase1", addon_zip, work, env)
-        res2, p2 = _run_child("phase2", addon_zip, work, env)
-        merged = dict(res1, **res2)
-        merged["_logs"] = {"ok": True, "detail": (p1.stdout + p1.stderr)[-2000:] + (p2.stdout + p2.stderr)[-2000:]}
-        return merged
-
-    def _assert(results, name):
-        assert name in results, f"check '{name}' did not run; log:\n{results.get('_logs', {}).get('detail')}"
-        assert results[name]["ok"], results[name]["detail"]
-
-    def test_zip_layout_and_manifest(addon_zip):
-        import zipfile
-        names = zipfile.ZipFile(addon_zip).namelist()
-        for required in ("blender_manifest.toml", "__init__.py", "engine_link.py", "engine/api.py", "engine/core/scene.py",
-                         "operators/bake_cache.py", "operators/preview.py"):
-            assert required in names, required
-        assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-        assert not [n for n in names if n.startswith("wheels/")]
-        # only runtime code ships: no evaluation, benchmarks or command line (the importers ship: Learn Material
-        # from Bake converts a Blender cloth's units with them)
-        shipped = [n for n in names if n.startswith("engine/")]
-        assert not [n for n in shipped if n.startswith(("engine/evaluation/", "engine/cli.py", "engine/__main__.py"))], shipped
-        assert "engine/training/importers.py" in shipped
-        assert not [n for n in shipped if n.endswith(".py") and "matplotlib" in zipfile.ZipFile(addon_zip).read(n).decode()]
-        script = next(Path(importlib.util.find_spec("bpy").submodule_search_locations[0]).glob(
-            "*/scripts/addons_core/bl_pkg/cli/blender_ext.py"))
-        proc = subprocess.run([sys.executable, str(script), "validate", str(addon_zip)], capture_output=True, text=True)
-        assert proc.returncode == 0 and "error" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
-
-    def test_add_on_imports_relatively():
-        for path in (ROOT / "neurok_blender").rglob("*.py"):
-            text = path.read_text()
-            assert "import neurok_blender" not in text and "from neurok_blender" not in text, path
-            if path.name not in ("engine_link.py", "demo.py"):
-                assert "import engine" not in text.replace("import engine_link", ""), path
-
-    @pytest.mark.parametrize("name", ["install", "engine_vendored"])
-    def test_install(results, name):
-        _assert(results, name)
-
-    @pytest.mark.parametrize("name", ["error_no_selection", "error_not_a_mesh", "error_empty_mesh",
-                                      "error_missing_group", "topology_changed_error"])
-    def test_errors_are_one_sentence_and_change_nothing(results, name):
-        _assert(results, name)
-
-    @pytest.mark.parametrize("name", ["bake_cache_primitive", "cache_matches_engine", "cache_plays_frames", "world_space"])
-    def test_mesh_cache_plays_engine_frames(results, name):
-        _assert(results, name)
-
-    @pytest.mark.parametrize("name", ["shape_keys_relative_with_user_keys", "shape_keys_absolute_obj",
-                                      "long_range_shape_keys"])
-    def test_shape_keys_reproduce_frames(results, name):
-        _assert(results, name)
-
-    @pytest.mark.parametrize("name", ["user_data_kept_after_bake", "rebake_replaces_own", "free_keeps_user_data",
-                                      "cache_replaces_own_shape_keys"])
-    def test_user_data_survives(results, name):
-        _assert(results, name)
-
-    @pytest.mark.parametrize("name", ["cancel_fresh_leaves_nothing", "cancel_rebake_keeps_old_bake",
-                                      "cancel_mid_frame_reference"])
-    def test_cancel(results, name):
-        _assert(results, name)
-
-    @pytest.mark.parametrize("name", ["pin_target_moves_pins", "force_fields", "keyframed_force", "bake_cloth_with_fields"])
-    def test_setup_from_blender(results, name):
-        _assert(results, name)
-
-    @pytest.mark.parametrize("name", ["preview_sync", "export_scene", "threaded_job", "preview_restarts_on_change",
-                                      "modal_preview_live", "modal_bake_and_esc",
-                                      "panels_draw"])
-    def test_preview_and_export(results, name):
-        _assert(results, name)
-
-    @pytest.mark.parametrize("name", ["save_moves_cache", "reload_enable", "reload_drops_preview",
-                                      "reload_plays_bake", "reload_free"])
-    def test_save_and_reload(results, name):
-        _assert(results, name)
-
-    def test_learned_engine(results):
-        if results.get("learned_engine", {}).get("skipped"):
-            pytest.skip(results["learned_engine"]["detail"])
-        _assert(results, "learned_engine")
-
-    def test_unregister_is_clean(results):
-        _assert(results, "unregister_clean")
+_assert = bh.assert_check
 
 
-if __name__ == "__main__":
-    _child(*sys.argv[1:5])
+def test_zip_layout_and_manifest(addon_zip):
+    import zipfile
+    names = zipfile.ZipFile(addon_zip).namelist()
+    for required in ("blender_manifest.toml", "__init__.py", "engine_link.py", "engine/api.py", "engine/core/scene.py",
+                     "operators/bake_cache.py", "operators/preview.py"):
+        assert required in names, required
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert not [n for n in names if n.startswith("wheels/")]
+    # only runtime code ships: no evaluation, benchmarks or command line (the importers ship: Learn Material
+    # from Bake converts a Blender cloth's units with them)
+    shipped = [n for n in names if n.startswith("engine/")]
+    assert not [n for n in shipped if n.startswith(("engine/evaluation/", "engine/cli.py", "engine/__main__.py"))], shipped
+    assert "engine/training/importers.py" in shipped
+    assert not [n for n in shipped if n.endswith(".py") and "matplotlib" in zipfile.ZipFile(addon_zip).read(n).decode()]
+    script = next(Path(importlib.util.find_spec("bpy").submodule_search_locations[0]).glob(
+        "*/scripts/addons_core/bl_pkg/cli/blender_ext.py"))
+    proc = subprocess.run([sys.executable, str(script), "validate", str(addon_zip)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "error" not in (proc.stdout + proc.stderr).lower(), proc.stdout + proc.stderr
+
+
+def test_add_on_imports_relatively():
+    for path in (ROOT / "neurok_blender").rglob("*.py"):
+        text = path.read_text()
+        assert "import neurok_blender" not in text and "from neurok_blender" not in text, path
+        if path.name not in ("engine_link.py", "demo.py"):
+            assert "import engine" not in text.replace("import engine_link", ""), path
+
+
+# the child's checks, by what they show
+CHECKS = {
+    "install": ["install", "engine_vendored"],
+    "errors_are_one_sentence_and_change_nothing": ["error_no_selection", "error_not_a_mesh", "error_empty_mesh",
+                                                   "error_missing_group", "topology_changed_error"],
+    "mesh_cache_plays_engine_frames": ["bake_cache_primitive", "cache_matches_engine", "cache_plays_frames",
+                                       "world_space"],
+    "shape_keys_reproduce_frames": ["shape_keys_relative_with_user_keys", "shape_keys_absolute_obj",
+                                    "long_range_shape_keys"],
+    "user_data_survives": ["user_data_kept_after_bake", "rebake_replaces_own", "free_keeps_user_data",
+                           "cache_replaces_own_shape_keys"],
+    "cancel": ["cancel_fresh_leaves_nothing", "cancel_rebake_keeps_old_bake", "cancel_mid_frame_reference"],
+    "setup_from_blender": ["pin_target_moves_pins", "force_fields", "keyframed_force", "bake_cloth_with_fields"],
+    "preview_and_export": ["preview_sync", "export_scene", "threaded_job", "preview_restarts_on_change",
+                           "modal_preview_live", "modal_bake_and_esc", "panels_draw"],
+    "save_and_reload": ["save_moves_cache", "reload_enable", "reload_drops_preview", "reload_plays_bake",
+                        "reload_free"],
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, id=f"{group}-{n}") for group, names in CHECKS.items()
+                                  for n in names])
+def test_in_blender(results, name):
+    _assert(results, name)
+
+
+def test_learned_engine(results):
+    if results.get("learned_engine", {}).get("skipped"):
+        pytest.skip(results["learned_engine"]["detail"])
+    _assert(results, "learned_engine")
+
+
+def test_unregister_is_clean(results):
+    _assert(results, "unregister_clean")

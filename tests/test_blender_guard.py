@@ -14,92 +14,36 @@ apart in the learned engine with the bundled model, and the guard stops it a few
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import subprocess
-import sys
-import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PKG = "bl_ext.user_default.neurok"
+import blender_harness as bh
+import pytest
+
 FRAMES = (1, 12)
 PUSH_FROM = 5          # scene frame the push starts
 
-if __name__ != "__main__":
-    import pytest
-
-    pytestmark = [pytest.mark.blender,
-                  pytest.mark.skipif(importlib.util.find_spec("bpy") is None, reason="bpy is not installed")]
+pytestmark = [pytest.mark.blender,
+              pytest.mark.skipif(importlib.util.find_spec("bpy") is None, reason="bpy is not installed")]
 
 
-# =========================================================================== child side
+# =========================================================================== child side (the harness runs it)
 
-def _child(zip_path, work, out_json):
-    import importlib
-    import struct
-
+def child(zip_path, work, out_json):
+    import bpy
     import numpy as np
 
-    results = {}
-
-    def dump():
-        Path(out_json).write_text(json.dumps(results, indent=1))
-
-    class check:
-        def __init__(self, name):
-            self.name = name
-
-        def __enter__(self):
-            print("CHECK", self.name, flush=True)
-
-        def __exit__(self, et, ev, tb):
-            if et is None:
-                results.setdefault(self.name, {"ok": True, "detail": ""})
-            else:
-                results[self.name] = {"ok": False, "detail": "".join(traceback.format_exception(et, ev, tb))[-3000:]}
-            dump()
-            return True
-
-    import bpy
-    bpy.ops.wm.read_factory_settings(use_empty=True)
+    checks = bh.Checks(out_json)
+    results, check, dump = checks.results, checks, checks.dump
+    read_pc2, eval_co, op_error, one_sentence = bh.read_pc2, bh.eval_co, bh.op_error, bh.one_sentence
     with check("install"):
-        assert bpy.ops.extensions.package_install_files(filepath=zip_path, repo="user_default",
-                                                        enable_on_install=True) == {'FINISHED'}
-        assert PKG in sys.modules
-    cache_files = importlib.import_module(PKG + ".cache_files")
-    gather = importlib.import_module(PKG + ".gather")
-    jobs = importlib.import_module(PKG + ".jobs")
+        bh.install(zip_path)
+    cache_files, gather, jobs = bh.addon_modules("cache_files", "gather", "jobs")
     scene = bpy.context.scene
     scene.frame_start, scene.frame_end = FRAMES
     scene.frame_set(FRAMES[0])
     scene.neurok.engine = 'NEUROK'
     T = FRAMES[1] - FRAMES[0] + 1
-
-    def read_pc2(path):
-        data = Path(path).read_bytes()
-        _m, _v, n, _s, _r, t = struct.unpack_from("<12siiffi", data)
-        assert len(data) == 32 + 12 * n * t, "PC2 size does not match its header (half-written)"
-        return np.frombuffer(data, "<f4", offset=32).reshape(t, n, 3).copy()
-
-    def eval_co(obj, frame):
-        scene.frame_set(frame)
-        ev = obj.evaluated_get(bpy.context.evaluated_depsgraph_get())
-        me = ev.to_mesh()
-        co = np.empty(len(me.vertices) * 3, np.float32)
-        me.vertices.foreach_get("co", co)
-        ev.to_mesh_clear()
-        return co.reshape(-1, 3)
-
-    def op_error(fn, **kw):
-        try:
-            return None, fn(**kw)
-        except RuntimeError as e:
-            return str(e).strip(), None
-
-    def one_sentence(msg):
-        body = msg.split(":", 1)[1].strip() if msg.startswith("Error:") else msg
-        return body.endswith(".") and "\n" not in body and "Traceback" not in body
 
     def files(folder):
         return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
@@ -207,49 +151,20 @@ def _child(zip_path, work, out_json):
 
 # =========================================================================== pytest side
 
-def _run(zip_path, work):
-    env = dict(os.environ)
-    for var, sub in (("BLENDER_USER_CONFIG", "config"), ("BLENDER_USER_SCRIPTS", "scripts"),
-                     ("BLENDER_USER_EXTENSIONS", "extensions"), ("TMPDIR", "tmp")):
-        (work / sub).mkdir(parents=True, exist_ok=True)
-        env[var] = str(work / sub)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    out = work / "guard.json"
-    proc = subprocess.run([sys.executable, __file__, str(zip_path), str(work), str(out)],
-                          env=env, capture_output=True, text=True, timeout=900)
-    if not out.is_file():
-        raise AssertionError(f"the child crashed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    res = json.loads(out.read_text())
-    res["_log"] = proc.stdout + proc.stderr
-    return res
+@pytest.fixture(scope="module")
+def guarded(addon_zip, tmp_path_factory):
+    work = tmp_path_factory.mktemp("guard")
+    return bh.checked(__file__, [addon_zip, work, work / "guard.json"], work / "guard.json", bh.user_env(work))
 
 
-if __name__ != "__main__":
-
-    @pytest.fixture(scope="module")
-    def guarded(tmp_path_factory):
-        out = tmp_path_factory.mktemp("dist")
-        stage = tmp_path_factory.mktemp("stage")
-        proc = subprocess.run([sys.executable, str(ROOT / "build.py"), "--no-wheels", "--out-dir", str(out),
-                               "--stage-dir", str(stage)], capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        return _run(next(out.glob("neurok-*.zip")), tmp_path_factory.mktemp("guard"))
-
-    def _assert(res, name):
-        assert name in res, f"check '{name}' did not run; log:\n{res.get('_log', '')[-3000:]}"
-        assert res[name]["ok"], res[name]["detail"]
-
-    @pytest.mark.parametrize("name", ["install", "engine_stops_this_setup", "off_writes_nothing",
-                                      "keep_writes_shorter_cache", "off_leaves_an_earlier_bake_alone",
-                                      "keep_writes_fewer_shape_keys", "preview_keeps_frames_with_same_message"])
-    def test_guard_stop_in_blender(guarded, name):
-        _assert(guarded, name)
-
-    def test_keep_message_says_what_was_kept(guarded):
-        _assert(guarded, "keep_writes_shorter_cache")
-        n = guarded["fault"]["frame"]
-        assert f"kept the {n} frames before it as a shorter bake" in guarded["_log"], guarded["_log"][-3000:]
+@pytest.mark.parametrize("name", ["install", "engine_stops_this_setup", "off_writes_nothing",
+                                  "keep_writes_shorter_cache", "off_leaves_an_earlier_bake_alone",
+                                  "keep_writes_fewer_shape_keys", "preview_keeps_frames_with_same_message"])
+def test_guard_stop_in_blender(guarded, name):
+    bh.assert_check(guarded, name)
 
 
-if __name__ == "__main__":
-    _child(*sys.argv[1:4])
+def test_keep_message_says_what_was_kept(guarded):
+    bh.assert_check(guarded, "keep_writes_shorter_cache")
+    n = guarded["fault"]["frame"]
+    assert f"kept the {n} frames before it as a shorter bake" in guarded["_log"], guarded["_log"][-3000:]

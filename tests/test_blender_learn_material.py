@@ -6,66 +6,28 @@ and a NeuROK bake of another sheet with it runs. Bad input gets one sentence.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import subprocess
-import sys
-import traceback
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PKG = "bl_ext.user_default.neurok"
+import blender_harness as bh
+import pytest
 
-if __name__ != "__main__":
-    import pytest
-
-    pytestmark = [pytest.mark.blender,
-                  pytest.mark.skipif(importlib.util.find_spec("bpy") is None, reason="bpy is not installed")]
+pytestmark = [pytest.mark.blender,
+              pytest.mark.skipif(importlib.util.find_spec("bpy") is None, reason="bpy is not installed")]
 
 
-def _child(zip_path, work, out_json):
-    import importlib
+# =========================================================================== child side (the harness runs it)
 
+def child(zip_path, work, out_json):
+    import bpy
     import numpy as np
 
-    results = {}
-
-    def dump():
-        Path(out_json).write_text(json.dumps(results, indent=1))
-
-    class check:
-        def __init__(self, name):
-            self.name = name
-
-        def __enter__(self):
-            print("CHECK", self.name, flush=True)
-
-        def __exit__(self, et, ev, tb):
-            if et is None:
-                results.setdefault(self.name, {"ok": True, "detail": ""})
-            else:
-                results[self.name] = {"ok": False, "detail": "".join(traceback.format_exception(et, ev, tb))[-3000:]}
-            dump()
-            return True
-
-    import bpy
-    bpy.ops.wm.read_factory_settings(use_empty=True)
+    check = bh.Checks(out_json)
+    op_error, one_sentence = bh.op_error, bh.one_sentence
     with check("install"):
-        assert bpy.ops.extensions.package_install_files(filepath=zip_path, repo="user_default",
-                                                        enable_on_install=True) == {'FINISHED'}
-    properties = importlib.import_module(PKG + ".properties")
+        bh.install(zip_path)
+    properties, = bh.addon_modules("properties")
     scene = bpy.context.scene
     scene.frame_start, scene.frame_end = 1, 24
-
-    def op_error(fn, **kw):
-        try:
-            return None, fn(**kw)
-        except RuntimeError as e:
-            return str(e).strip(), None
-
-    def one_sentence(msg):
-        body = msg.split(":", 1)[1].strip() if msg.startswith("Error:") else msg
-        return body.endswith(".") and "\n" not in body and "Traceback" not in body
 
     def cloth_grid(name, frames, loc=(0, 0, 1)):
         bpy.ops.mesh.primitive_grid_add(x_subdivisions=9, y_subdivisions=9, size=0.6, location=loc)
@@ -122,39 +84,15 @@ def _child(zip_path, work, out_json):
         assert err and "built-in" in err and one_sentence(err), err
 
 
-def _run(zip_path, work):
-    env = dict(os.environ)
-    for var, sub in (("BLENDER_USER_CONFIG", "config"), ("BLENDER_USER_SCRIPTS", "scripts"),
-                     ("BLENDER_USER_EXTENSIONS", "extensions"), ("TMPDIR", "tmp")):
-        (work / sub).mkdir(parents=True, exist_ok=True)
-        env[var] = str(work / sub)
-    out = work / "learn.json"
-    proc = subprocess.run([sys.executable, __file__, str(zip_path), str(work), str(out)],
-                          env=env, capture_output=True, text=True, timeout=900)
-    if not out.is_file():
-        raise AssertionError(f"child crashed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    res = json.loads(out.read_text())
-    res["_log"] = (proc.stdout + proc.stderr)[-3000:]
-    return res
+# =========================================================================== pytest side
+
+@pytest.fixture(scope="module")
+def learned(addon_zip, tmp_path_factory):
+    work = tmp_path_factory.mktemp("learn")
+    return bh.checked(__file__, [addon_zip, work, work / "learn.json"], work / "learn.json", bh.user_env(work))
 
 
-if __name__ != "__main__":
-
-    @pytest.fixture(scope="module")
-    def learned(tmp_path_factory):
-        out = tmp_path_factory.mktemp("dist")
-        stage = tmp_path_factory.mktemp("stage")
-        proc = subprocess.run([sys.executable, str(ROOT / "build.py"), "--no-wheels", "--out-dir", str(out),
-                               "--stage-dir", str(stage)], capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        return _run(next(out.glob("neurok-*.zip")), tmp_path_factory.mktemp("learn"))
-
-    @pytest.mark.parametrize("name", ["install", "learns_from_a_blender_cloth", "bakes_with_the_learned_material",
-                                      "bad_input_one_sentence"])
-    def test_learn_material_from_bake(learned, name):
-        assert name in learned, f"check '{name}' did not run; log:\n{learned.get('_log')}"
-        assert learned[name]["ok"], learned[name]["detail"]
-
-
-if __name__ == "__main__":
-    _child(*sys.argv[1:4])
+@pytest.mark.parametrize("name", ["install", "learns_from_a_blender_cloth", "bakes_with_the_learned_material",
+                                  "bad_input_one_sentence"])
+def test_learn_material_from_bake(learned, name):
+    bh.assert_check(learned, name)

@@ -8,25 +8,21 @@ Python without torch and scipy: the add-on still registers and says why the engi
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import subprocess
 import sys
-import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PKG = "bl_ext.user_default.neurok"
+import blender_harness as bh
+import pytest
+
+PKG = bh.PKG
 FRAMES = (1, 5)
 
-if __name__ != "__main__":
-    import pytest
-
-    pytestmark = [pytest.mark.blender,
-                  pytest.mark.skipif(importlib.util.find_spec("bpy") is None, reason="bpy is not installed")]
+pytestmark = [pytest.mark.blender,
+              pytest.mark.skipif(importlib.util.find_spec("bpy") is None, reason="bpy is not installed")]
 
 
-# =========================================================================== child side
+# =========================================================================== child side (the harness runs it)
 
 class _Blocker:
     """A meta-path finder that makes `torch` and `scipy` unimportable: Blender's own Python as shipped."""
@@ -38,85 +34,27 @@ class _Blocker:
         return None
 
 
-def _child(phase, zip_path, work, out_json):
+def child(phase, zip_path, work, out_json):
     if phase == "notorch":
         sys.meta_path.insert(0, _Blocker())
     import importlib
-    import struct
-
-    import numpy as np
-
-    results = {}
-
-    def dump():
-        Path(out_json).write_text(json.dumps(results, indent=1))
-
-    class check:
-        def __init__(self, name):
-            self.name = name
-
-        def __enter__(self):
-            print("CHECK", self.name, flush=True)
-
-        def __exit__(self, et, ev, tb):
-            if et is None:
-                results.setdefault(self.name, {"ok": True, "detail": ""})
-            else:
-                results[self.name] = {"ok": False, "detail": "".join(traceback.format_exception(et, ev, tb))[-3000:]}
-            dump()
-            return True
 
     import bpy
-    bpy.ops.wm.read_factory_settings(use_empty=True)
+    import numpy as np
+
+    checks = bh.Checks(out_json)
+    results, check, dump = checks.results, checks, checks.dump
+    read_pc2, eval_co, select_only, op_error, one_sentence = (bh.read_pc2, bh.eval_co, bh.select_only, bh.op_error,
+                                                              bh.one_sentence)
     with check("install"):
-        assert bpy.ops.extensions.package_install_files(filepath=zip_path, repo="user_default",
-                                                        enable_on_install=True) == {'FINISHED'}
-        assert PKG in sys.modules
-    animation = importlib.import_module(PKG + ".animation")
-    cache_files = importlib.import_module(PKG + ".cache_files")
-    export = importlib.import_module(PKG + ".export")
-    gather = importlib.import_module(PKG + ".gather")
-    preview_cache = importlib.import_module(PKG + ".preview_cache")
-    scene_settings = importlib.import_module(PKG + ".scene_settings")
-    jobs = importlib.import_module(PKG + ".jobs")
-    link = importlib.import_module(PKG + ".engine_link")
-    ui = importlib.import_module(PKG + ".ui")
+        bh.install(zip_path)
+    animation, cache_files, export, gather, preview_cache, scene_settings, jobs, link, ui = bh.addon_modules(
+        "animation", "cache_files", "export", "gather", "preview_cache", "scene_settings", "jobs", "engine_link", "ui")
     scene = bpy.context.scene
     scene.frame_start, scene.frame_end = FRAMES
     scene.frame_set(FRAMES[0])
     scene.neurok.engine = 'REFERENCE'
     T = FRAMES[1] - FRAMES[0] + 1
-
-    def select_only(obj):
-        bpy.context.view_layer.update()
-        bpy.ops.object.select_all(action='DESELECT')
-        if obj is not None:
-            obj.select_set(True)
-        bpy.context.view_layer.objects.active = obj
-
-    def read_pc2(path):
-        data = Path(path).read_bytes()
-        _m, _v, n, _s, _r, t = struct.unpack_from("<12siiffi", data)
-        return np.frombuffer(data, "<f4", offset=32).reshape(t, n, 3).copy()
-
-    def eval_co(obj, frame):
-        scene.frame_set(frame)
-        ev = obj.evaluated_get(bpy.context.evaluated_depsgraph_get())
-        me = ev.to_mesh()
-        co = np.empty(len(me.vertices) * 3, np.float32)
-        me.vertices.foreach_get("co", co)
-        ev.to_mesh_clear()
-        return co.reshape(-1, 3)
-
-    def op_error(fn, **kw):
-        try:
-            return None, fn(**kw)
-        except RuntimeError as e:
-            return str(e).strip(), None
-
-    def one_sentence(msg):
-        body = msg.split(":", 1)[1].strip() if msg.startswith("Error:") else msg
-        return body.endswith(".") and "\n" not in body and "Traceback" not in body
 
     class Recorder:
         """A UILayout stand-in that checks calls against UILayout's API and records every text shown."""
@@ -231,59 +169,17 @@ def _child(phase, zip_path, work, out_json):
             bpy.data.objects.remove(ob)
 
     # ------------------------------------------------------------------ preview plumbing (modal driven by fake events)
-    def dummy_of(op_cls):
-        ns = {}
-        for klass in reversed(op_cls.__mro__):
-            if klass.__module__.startswith(PKG):
-                ns.update({k: v for k, v in vars(klass).items() if not k.startswith("__")})
-        ns["report"] = lambda self, kind, msg: self.reports.append((sorted(kind)[0], msg))
-        d = type("Dummy" + op_cls.__name__, (), ns)()
-        d.reports = []
-        return d
-
-    from types import SimpleNamespace
-    TIMER = SimpleNamespace(type='TIMER', value='NOTHING')
-    ESC = SimpleNamespace(type='ESC', value='PRESS')
+    TIMER, ESC = bh.TIMER, bh.ESC
     preview_mod = importlib.import_module(PKG + ".operators.preview")
 
-    def fake_ctx(obj):
-        return SimpleNamespace(scene=scene, view_layer=bpy.context.view_layer, window=None,
-                               window_manager=bpy.context.window_manager, active_object=obj,
-                               preferences=bpy.context.preferences,
-                               evaluated_depsgraph_get=bpy.context.evaluated_depsgraph_get)
-
     def start_preview(obj):
-        ctx = fake_ctx(obj)
-        d = dummy_of(preview_mod.NEUROK_OT_preview)
-        inputs = gather.gather(ctx, obj)
-        d._setup_state(inputs)
-        d._fingerprint = preview_mod.fingerprint(ctx, obj)
-        d._obj_name, d._timer = obj.name, None
-        job = jobs.Job("preview", inputs, stream=True)
-        job.handler = d.on_message
-        jobs.JOBS[obj.name] = job
-        d._job = job
-        job.start()
-        return d, job, ctx
+        ctx = bh.fake_context(obj)
+        d = bh.dummy_of(preview_mod.NEUROK_OT_preview)
+        return d, bh.start_job(d, "preview", obj, ctx, stream=True), ctx
 
-    def pump(d, ctx, until, limit=120.0, event=TIMER):
-        import time as _t
-        deadline = _t.time() + limit
-        while _t.time() < deadline:
-            r = d.modal(ctx, event)
-            if until(r):
-                return r
-            _t.sleep(0.03)
-        raise AssertionError("modal operator did not get there in time")
+    pump = bh.pump
 
-    flag = grid("Flag", (0, 3, 1), rotation=(1.5707963, 0, 0))
-    flag.neurok.preset = 'cloth'
-    fl = np.array([v.co[:] for v in flag.data.vertices])
-    pole = flag.vertex_groups.new(name="Pole")
-    pole.add([int(i) for i in np.nonzero(fl[:, 0] < fl[:, 0].min() + 1e-4)[0]], 1.0, 'REPLACE')
-    allg = flag.vertex_groups.new(name="All")
-    allg.add(list(range(len(fl))), 1.0, 'REPLACE')
-    flag.neurok.pin_group = "Pole"
+    flag = bh.pole_flag("Flag", (0, 3, 1), size=0.4, cuts=6)
     select_only(flag)
 
     with check("esc_after_preview_keeps_it"):
@@ -309,13 +205,8 @@ def _child(phase, zip_path, work, out_json):
         preview_cache.remove_preview(flag)
 
     with check("keyframed_force_scrub_no_restart"):
-        f = flag.neurok.forces.add()
-        f.name, f.vertex_group, f.direction, f.profile = "Gust", "All", (0, 1, 0), 'KEYFRAMED'
-        f.strength = 0.0
-        flag.keyframe_insert('neurok.forces[0].strength', frame=1)
-        f.strength = 10.0
-        flag.keyframe_insert('neurok.forces[0].strength', frame=5)
-        ctx = fake_ctx(flag)
+        f = bh.keyed_gust(flag, (0, 1, 0), frames=(1, 5))
+        ctx = bh.fake_context(flag)
         scene.frame_set(1)
         fp = preview_mod.fingerprint(ctx, flag)
         scene.frame_set(3)  # scrubbing changes the current value of the keyed strength ...
@@ -350,15 +241,9 @@ def _child(phase, zip_path, work, out_json):
 
     with check("rename_during_bake"):
         op_bake = importlib.import_module(PKG + ".operators.bake_cache").NEUROK_OT_bake_cache
-        d = dummy_of(op_bake)
-        ctx = fake_ctx(flag)
-        inputs = gather.gather(ctx, flag)
-        d._obj_name, d._timer = flag.name, None
-        job = jobs.Job("bake", inputs)
-        job.handler = d.on_message
-        jobs.JOBS[flag.name] = job
-        d._job = job
-        job.start()
+        d = bh.dummy_of(op_bake)
+        ctx = bh.fake_context(flag)
+        job = bh.start_job(d, "bake", flag, ctx)
         flag.name = "Renamed"
         r = pump(d, ctx, lambda r: r != {'PASS_THROUGH'})
         assert r == {'FINISHED'}, (r, d.reports)
@@ -369,7 +254,7 @@ def _child(phase, zip_path, work, out_json):
     # ------------------------------------------------------------------ status bar progress, Esc cancels a bake
     with check("status_bar_progress"):
         assert ui.draw_status in bpy.types.STATUSBAR_HT_header._dyn_ui_initialize(), "not in the status bar"
-        ctx = fake_ctx(flag)
+        ctx = bh.fake_context(flag)
         job = jobs.Job("bake", gather.gather(ctx, flag))
         jobs.JOBS[flag.name] = job
         job.done, job.total = 2, 5
@@ -733,74 +618,43 @@ def _notorch(results, check, bpy, link, ui, jobs, select_only, op_error, one_sen
 # =========================================================================== pytest side
 
 def _run(phase, zip_path, work):
-    env = dict(os.environ)
-    for var, sub in (("BLENDER_USER_CONFIG", "config"), ("BLENDER_USER_SCRIPTS", "scripts"),
-                     ("BLENDER_USER_EXTENSIONS", "extensions"), ("TMPDIR", "tmp")):
-        (work / sub).mkdir(parents=True, exist_ok=True)
-        env[var] = str(work / sub)
     out = work / f"{phase}.json"
-    proc = subprocess.run([sys.executable, __file__, phase, str(zip_path), str(work), str(out)],
-                          env=env, capture_output=True, text=True, timeout=900)
-    if not out.is_file():
-        raise AssertionError(f"{phase} crashed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    res = json.loads(out.read_text())
-    res["_log"] = (proc.stdout + proc.stderr)[-3000:]
-    return res
+    return bh.checked(__file__, [phase, zip_path, work, out], out, bh.user_env(work))
 
 
-if __name__ != "__main__":
-
-    @pytest.fixture(scope="module")
-    def addon_zip(tmp_path_factory):
-        out = tmp_path_factory.mktemp("dist")
-        stage = tmp_path_factory.mktemp("stage")
-        proc = subprocess.run([sys.executable, str(ROOT / "build.py"), "--no-wheels", "--out-dir", str(out),
-                               "--stage-dir", str(stage)], capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        return next(out.glob("neurok-*.zip"))
-
-    @pytest.fixture(scope="module")
-    def workflow(addon_zip, tmp_path_factory):
-        return _run("workflow", addon_zip, tmp_path_factory.mktemp("workflow"))
-
-    @pytest.fixture(scope="module")
-    def notorch(addon_zip, tmp_path_factory):
-        return _run("notorch", addon_zip, tmp_path_factory.mktemp("notorch"))
-
-    def _assert(res, name):
-        assert name in res, f"check '{name}' did not run; log:\n{res.get('_log')}"
-        assert res[name]["ok"], res[name]["detail"]
-
-    @pytest.mark.parametrize("name", ["cache_names_unique", "undo_free_restores_file", "esc_after_preview_keeps_it",
-                                      "esc_while_running_stops", "keyframed_force_scrub_no_restart",
-                                      "rename_during_preview", "rename_during_bake"])
-    def test_looks_broken_fixed(workflow, name):
-        _assert(workflow, name)
-
-    @pytest.mark.parametrize("name", ["physics_tab", "status_bar_progress", "workflow_panels_draw", "compact_sidebar"])
-    def test_where_physics_lives(workflow, name):
-        _assert(workflow, name)
-
-    @pytest.mark.parametrize("name", ["preset_name_does_not_lie", "user_presets"])
-    def test_presets_and_units(workflow, name):
-        _assert(workflow, name)
-
-    @pytest.mark.parametrize("name", ["modifier_stack_simulates_what_comes_before",
-                                      "animated_object_drives_pins_with_rotation", "pin_target_full_transform"])
-    def test_stack_and_animation(workflow, name):
-        _assert(workflow, name)
-
-    @pytest.mark.parametrize("name", ["colliders_in_scene", "all_field_types_with_weights",
-                                      "bake_together_no_pass_through"])
-    def test_colliders_and_fields(workflow, name):
-        _assert(workflow, name)
-
-    @pytest.mark.parametrize("name", ["install", "engine_problem_set", "panel_says_why_before_any_click",
-                                      "operators_refuse_in_one_sentence", "torch_never_imported",
-                                      "physics_tab_still_works"])
-    def test_without_torch(notorch, name):
-        _assert(notorch, name)
+@pytest.fixture(scope="module")
+def workflow(addon_zip, tmp_path_factory):
+    return _run("workflow", addon_zip, tmp_path_factory.mktemp("workflow"))
 
 
-if __name__ == "__main__":
-    _child(*sys.argv[1:5])
+@pytest.fixture(scope="module")
+def notorch(addon_zip, tmp_path_factory):
+    return _run("notorch", addon_zip, tmp_path_factory.mktemp("notorch"))
+
+
+_assert = bh.assert_check
+
+# the workflow child's checks, by what they show
+WORKFLOW_CHECKS = {
+    "looks_broken_fixed": ["cache_names_unique", "undo_free_restores_file", "esc_after_preview_keeps_it",
+                           "esc_while_running_stops", "keyframed_force_scrub_no_restart", "rename_during_preview",
+                           "rename_during_bake"],
+    "where_physics_lives": ["physics_tab", "status_bar_progress", "workflow_panels_draw", "compact_sidebar"],
+    "presets_and_units": ["preset_name_does_not_lie", "user_presets"],
+    "stack_and_animation": ["modifier_stack_simulates_what_comes_before", "animated_object_drives_pins_with_rotation",
+                            "pin_target_full_transform"],
+    "colliders_and_fields": ["colliders_in_scene", "all_field_types_with_weights", "bake_together_no_pass_through"],
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, id=f"{group}-{n}") for group, names in WORKFLOW_CHECKS.items()
+                                  for n in names])
+def test_workflow(workflow, name):
+    _assert(workflow, name)
+
+
+@pytest.mark.parametrize("name", ["install", "engine_problem_set", "panel_says_why_before_any_click",
+                                  "operators_refuse_in_one_sentence", "torch_never_imported",
+                                  "physics_tab_still_works"])
+def test_without_torch(notorch, name):
+    _assert(notorch, name)

@@ -29,51 +29,37 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 # README command -> (kind, what to run; {tmp} is a scratch folder, {data} the tiny data set)
+MAKE_TARGETS = ("demo", "test", "build", "check-bundle", "build-dev", "data", "train", "train-cloth", "presets",
+                "eval", "eval-small", "bench", "clean")
 CHECKS = {
-    "make demo": ("make", "demo"),
-    "make test": ("make", "test"),
-    "make build": ("make", "build"),
-    "make check-bundle": ("make", "check-bundle"),
-    "make build-dev": ("make", "build-dev"),
-    "make data": ("make", "data"),
-    "make train": ("make", "train"),
-    "make train-cloth": ("make", "train-cloth"),
-    "make eval": ("make", "eval"),
-    "make eval-small": ("make", "eval-small"),
+    **{f"make {target}": ("make", target) for target in MAKE_TARGETS},
     "python -m engine": ("run", "-m engine --help"),
     "python build.py --bundle-torch PLATFORM": ("run", "build.py --help"),
     # the demo itself runs once, below, through `neurok demo`
     "python -m neurok_blender.demo --out demo_ref --engine reference --frames 48":
         ("run", "-m neurok_blender.demo --help"),
-    "python -m engine.evaluation.reference_stress": ("run", "-m engine.evaluation.reference_stress --help"),
-    "python -m engine.evaluation.reference_stress --weightless 10 0.45":
-        ("run", "-m engine.evaluation.reference_stress --help"),
     "neurok demo --out demo_out": ("run", "-m engine demo --out {tmp}/demo_out --frames 2"),
     "neurok simulate --mesh assets/samples/jelly.obj --scene assets/scenes/jelly_poke.json --engine neurok --out jelly.pc2":
         ("run", "-m engine simulate --mesh assets/samples/jelly.obj --scene {scene} --engine neurok --out {tmp}/jelly.pc2"),
-    "neurok simulate --replay SEQ.npz --engine reference --out again.npz":
-        ("run", "-m engine simulate --replay {seq} --engine reference --out {tmp}/again.npz"),
     "neurok simulate --replay SEQ.npz --engine reference --lattice-cells 12 --out converged.npz":
         ("run", "-m engine simulate --replay {seq} --engine reference --lattice-cells 3 --out {tmp}/converged.npz"),
-    "neurok generate --out data/train_l8 --sequences 120 --seed 1 --frames 32 --lattice 8 [--shard I/N] [--workers 2]":
-        ("parse", "generate --out data/train_l8 --sequences 120 --seed 1 --frames 32 --lattice 8 --shard 0/2 --workers 2"),
-    "neurok generate --workers 2": ("parse", "generate --out d --sequences 1 --workers 2"),
-    "neurok generate --out data/rubber_mr --sequences 30 --seed 7 --frames 32 --law mooney_rivlin --i2-share 0.7":
-        ("parse", "generate --out data/rubber_mr --sequences 30 --seed 7 --frames 32 --law mooney_rivlin --i2-share 0.7"),
-    "neurok train --data data/blender_cloth --init assets/neurok_default.ckpt --out my.ckpt --material blender_cloth --minutes 10":
-        ("parse", "train --data data/blender_cloth --init assets/neurok_default.ckpt --out my.ckpt --material blender_cloth --minutes 10"),
-    "make presets": ("make", "presets"),
+    "neurok generate --out data/train_cloth --sequences 80 --seed 2 --frames 32 --kind cloth":
+        ("parse", "generate --out data/train_cloth --sequences 80 --seed 2 --frames 32 --kind cloth"),
     "neurok train --init assets/neurok_default.ckpt --data data/train_l8 data/train_cloth --closures dissipation --free-run 30 --out my.ckpt --minutes 20":
         ("run", "-m engine train --init assets/neurok_default.ckpt --data {data} {data} --closures dissipation --free-run 3 "
                 "--out {tmp}/my.ckpt --steps 1"),
-    "neurok generate --out data/train_cloth --sequences 80 --seed 2 --frames 32 --kind cloth":
-        ("parse", "generate --out data/train_cloth --sequences 80 --seed 2 --frames 32 --kind cloth"),
+    "neurok train --data data/blender_cloth --init assets/neurok_default.ckpt --out my.ckpt --material blender_cloth --minutes 10":
+        ("parse", "train --data data/blender_cloth --init assets/neurok_default.ckpt --out my.ckpt --material blender_cloth --minutes 10"),
+    "neurok specialize --mesh my_mesh.obj --minutes 5 --out my_mesh.ckpt":
+        ("parse", "specialize --mesh my_mesh.obj --minutes 5 --out my_mesh.ckpt"),
     "neurok eval --model assets/neurok_default.ckpt --data DIR --json eval.json":
         ("wire", "eval --model assets/neurok_default.ckpt --data {data} --json {tmp}/eval.json"),
     "neurok bench --json bench.json": ("run", "-m engine bench --json {tmp}/bench.json --sizes 200 --frames 2"),
     "neurok bench --json eval_out/bench.json": ("parse", "bench --json eval_out/bench.json"),
-    "neurok specialize --mesh my_mesh.obj --minutes 5 --out my_mesh.ckpt":
-        ("parse", "specialize --mesh my_mesh.obj --minutes 5 --out my_mesh.ckpt"),
+    # minutes: the converged ground truth of five scenes (kept in eval_out/small/physics by make eval-small)
+    "neurok prior-vs-trained": ("parse", "prior-vs-trained"),
+    "neurok prior-vs-trained --require-closer": ("parse", "prior-vs-trained --require-closer"),
+    "neurok calibration-bar": ("run", "-m engine calibration-bar"),
 }
 
 # wire: the function each command hands its arguments to

@@ -158,11 +158,11 @@ def test_equal_and_opposite_pushes_leave_the_centre_of_mass(engine):
 
 
 def test_the_reach_of_a_subspace_is_exact_for_its_own_motions_and_not_for_others():
-    """`tools/subspace_reach.py` (the floor under any dynamics in a subspace, docs/MODEL_CARD.md):
+    """`experiments/subspace_reach.py` (the floor under any dynamics in a subspace, docs/MODEL_CARD.md):
     a rigid turn and a handle's own affine motion are reached exactly; a bump one vertex wide is not."""
     import importlib.util
     from pathlib import Path
-    spec = importlib.util.spec_from_file_location("subspace_reach", Path(__file__).parents[1] / "tools" / "subspace_reach.py")
+    spec = importlib.util.spec_from_file_location("subspace_reach", Path(__file__).parents[1] / "experiments" / "subspace_reach.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     mesh = uv_sphere(0.2)

@@ -27,12 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from engine.core.formats import Sequence, atomic_write_text, write_sequence  # noqa: E402
-from engine.training.importers import blender_cloth_gravity, blender_cloth_material, sequence_from_point_cache  # noqa: E402
+from engine.core.formats import Sequence, atomic_write_text, write_sequence
+from engine.training.importers import blender_cloth_gravity, blender_cloth_material, sequence_from_point_cache
 
 FAMILY = "blender_cloth"
 PIN_MODES = ("edge", "two_corners", "one_corner", "edge_middle")

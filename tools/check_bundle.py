@@ -11,7 +11,7 @@ so the engine can only run from the wheels the zip bundles. Steps:
 
 1. build:  `build.py` for this platform (torch CPU + scipy wheels) into a temporary folder (skipped with --zip);
 2. python: a fresh venv with only `bpy==5.0.1` from pip (skipped with --python);
-3. child:  this file again (`--child`), run isolated (`python -I`) in that Python with throwaway
+3. child:  this file's `child`, run by tools/blender_harness.py isolated (`python -I`) in that Python with throwaway
    BLENDER_USER_CONFIG / SCRIPTS / EXTENSIONS / RESOURCES folders: it installs the zip with
    `bpy.ops.extensions.package_install_files` (Blender extracts the bundled wheels into the extensions'
    site-packages), draws the NeuROK panel, bakes the bundled jelly sample with the learned engine and a
@@ -24,19 +24,19 @@ removed unless --keep (a folder given with --work is kept).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import blender_harness as bh
+
+ROOT = bh.ROOT
 BPY_PIN = "bpy==5.0.1"
-PKG = "bl_ext.user_default.neurok"
+PKG = bh.PKG
 FRAMES = (1, 6)  # 6 frames
 FORBIDDEN_PREFIXES = ("nvidia", "triton", "cuda")
 
@@ -44,33 +44,13 @@ FORBIDDEN_PREFIXES = ("nvidia", "triton", "cuda")
 # =========================================================================== child (runs in the clean Python)
 
 def child(zip_path: str, out_json: str, forbidden_root: str) -> None:
-    results: dict = {}
-
-    def record(name, ok, detail=""):
-        results[name] = {"ok": bool(ok), "detail": str(detail)[:3000]}
-        Path(out_json).write_text(json.dumps(results, indent=1))
-
-    class check:
-        def __init__(self, name):
-            self.name = name
-
-        def __enter__(self):
-            print("CHECK", self.name, flush=True)
-            self.t0 = time.perf_counter()
-            return self
-
-        def __exit__(self, et, ev, tb):
-            if et is not None:
-                record(self.name, False, "".join(traceback.format_exception(et, ev, tb))[-2500:])
-            elif self.name not in results:
-                record(self.name, True)
-            results[self.name]["s"] = time.perf_counter() - self.t0
-            Path(out_json).write_text(json.dumps(results, indent=1))
-            return True
-
+    """Run by tools/blender_harness.py in the clean Python."""
     import importlib
     import importlib.util
-    import struct
+
+    checks = bh.Checks(out_json)
+    results, record, check = checks.results, checks.record, checks
+    read_pc2, select_only = bh.read_pc2, bh.select_only
 
     with check("clean_python"):
         missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
@@ -83,28 +63,11 @@ def child(zip_path: str, out_json: str, forbidden_root: str) -> None:
     import numpy as np
     results["_timing_import_bpy"] = {"ok": True, "detail": f"{time.perf_counter() - t0:.1f}"}
 
-    def read_pc2(path):
-        data = Path(path).read_bytes()
-        magic, _v, n, _s, _r, t = struct.unpack_from("<12siiffi", data)
-        assert magic == b"POINTCACHE2\0", magic
-        return np.frombuffer(data, "<f4", offset=32).reshape(t, n, 3).copy()
-
-    def select_only(obj):
-        bpy.context.view_layer.update()
-        bpy.ops.object.select_all(action='DESELECT')
-        obj.select_set(True)
-        bpy.context.view_layer.objects.active = obj
-
-    bpy.ops.wm.read_factory_settings(use_empty=True)
     ext_dir = Path(bpy.utils.user_resource('EXTENSIONS'))
     site = ext_dir / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
 
     with check("install"):
-        t0 = time.perf_counter()
-        r = bpy.ops.extensions.package_install_files(filepath=zip_path, repo="user_default", enable_on_install=True)
-        dt = time.perf_counter() - t0
-        assert r == {'FINISHED'}, r
-        assert PKG in sys.modules, sorted(m for m in sys.modules if m.startswith("bl_ext"))
+        dt = bh.install(zip_path)
         assert hasattr(bpy.ops.neurok, "bake_cache")
         results["_timing_install_s"] = {"ok": True, "detail": f"{dt:.1f}"}
         record("install", True, f"package_install_files + enable in {dt:.1f} s")
@@ -120,7 +83,7 @@ def child(zip_path: str, out_json: str, forbidden_root: str) -> None:
         record("wheels_installed", True, f"{len([n for n in names if n.endswith('.dist-info')])} wheels, "
                                          f"{size / 1e6:.0f} MB in {site}")
 
-    link = importlib.import_module(PKG + ".engine_link")
+    link, = bh.addon_modules("engine_link")
     with check("engine_status"):
         assert link.ENGINE_PROBLEM is None, link.ENGINE_PROBLEM
         assert link.api is not None
@@ -139,7 +102,7 @@ def child(zip_path: str, out_json: str, forbidden_root: str) -> None:
                                              f"scipy {scipy.__version__} from {where['scipy']}")
 
     with check("panel_engine_status"):  # the sidebar panel, drawn against a layout that records what it shows
-        ui = importlib.import_module(PKG + ".ui")
+        ui, = bh.addon_modules("ui")
         shown = []
 
         class Layout:
@@ -262,11 +225,7 @@ def main(argv=None) -> int:
     p.add_argument("--work", help="working folder, kept afterwards (default: a new temporary folder, removed)")
     p.add_argument("--keep", action="store_true", help="keep the temporary working folder")
     p.add_argument("--timeout", type=int, default=1200, help="seconds for the Blender child (default 1200)")
-    p.add_argument("--child", nargs=3, metavar=("ZIP", "OUT_JSON", "FORBIDDEN_ROOT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.child:
-        child(*args.child)
-        return 0
 
     t_all = time.perf_counter()
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="neurok_bundle_"))
@@ -287,15 +246,14 @@ def main(argv=None) -> int:
                 return _finish(results, timings, work, args, t_all)
         else:
             t0 = time.perf_counter()
-            proc = _run([sys.executable, str(ROOT / "build.py"), "--out-dir", str(work / "dist"),
-                         "--stage-dir", str(work / "stage")], cwd=ROOT)
-            timings["build"] = time.perf_counter() - t0
-            shutil.rmtree(work / "stage", ignore_errors=True)  # the staged wheels (~230 MB) are in the zip now
-            zips = sorted((work / "dist").glob("neurok-*.zip"))
-            if proc.returncode != 0 or len(zips) != 1:
-                record("build", False, (proc.stdout + proc.stderr).strip()[-1500:] or f"rc {proc.returncode}")
+            try:
+                zip_path = bh.build_zip(work / "dist", work / "stage", wheels=True, timeout=None)
+            except AssertionError as e:
+                record("build", False, str(e)[-1500:])
                 return _finish(results, timings, work, args, t_all)
-            zip_path = zips[0]
+            finally:
+                timings["build"] = time.perf_counter() - t0
+                shutil.rmtree(work / "stage", ignore_errors=True)  # the staged wheels (~230 MB) are in the zip now
             record("build", True, f"{zip_path.name} in {timings['build']:.0f} s")
         import zipfile
         with zipfile.ZipFile(zip_path) as z:
@@ -328,26 +286,14 @@ def main(argv=None) -> int:
             record("clean_venv", True, f"{BPY_PIN} in a fresh venv in {timings['venv']:.0f} s")
 
         # ------------------------------------------------------------------ 3. install and bake in that Python
-        env = _clean_env()
-        for var, sub in (("BLENDER_USER_CONFIG", "config"), ("BLENDER_USER_SCRIPTS", "scripts"),
-                         ("BLENDER_USER_EXTENSIONS", "extensions"), ("BLENDER_USER_RESOURCES", "resources")):
-            (work / "user" / sub).mkdir(parents=True, exist_ok=True)
-            env[var] = str(work / "user" / sub)
-        (work / "tmp").mkdir(exist_ok=True)
-        env["TMPDIR"] = str(work / "tmp")
+        env = bh.user_env(work / "user", _clean_env(), resources=True)
         out_json = work / "child.json"
-        out_json.unlink(missing_ok=True)
-        # -I: no user site-packages, no PYTHON* variables, not even this script's folder on sys.path
-        cmd = [py, "-I", str(Path(__file__).resolve()), "--child", str(zip_path), str(out_json), str(ROOT)]
+        # -I: no user site-packages, no PYTHON* variables, not even the script's folder on the import path
         t0 = time.perf_counter()
-        try:
-            proc = _run(cmd, env=env, cwd=str(work), timeout=args.timeout)
-            log = proc.stdout + proc.stderr
-            rc = proc.returncode
-        except subprocess.TimeoutExpired as e:
-            log, rc = f"timed out after {args.timeout} s: {e.stdout or ''}{e.stderr or ''}", None
+        child_results, log, rc = bh.run_child(Path(__file__).resolve(), [zip_path, out_json, ROOT], out_json, env,
+                                              python=py, isolated=True, timeout=args.timeout, cwd=str(work))
         timings["child"] = time.perf_counter() - t0
-        child_results = json.loads(out_json.read_text()) if out_json.is_file() else {}
+        child_results = child_results or {}
         for name, r in child_results.items():
             if name.startswith("_timing_"):
                 timings[name[len("_timing_"):]] = float(r["detail"])
@@ -357,8 +303,6 @@ def main(argv=None) -> int:
                     "panel_engine_status", "bake_learned_jelly", "bake_reference_cube", "disable_clean")
         not_run = [n for n in expected if n not in child_results]
         if not_run or rc != 0:
-            if isinstance(log, bytes):
-                log = log.decode(errors="replace")
             record("child_process", False, f"rc {rc}; checks not run: {not_run}; log tail:\n{log[-2500:]}")
         else:
             record("child_process", True, f"{timings['child']:.0f} s (Blender start, install, bakes)")

@@ -19,8 +19,12 @@ def material_omega2(material: dict, diagonal: float) -> float:
     return material["stiffness"] / (material["density"] * max(diagonal, 1e-9) ** 2)
 
 
+def pin_omega2(w0sq: float) -> float:
+    """The pin law: Omega^2 (s^-2) of a firm pin on a body whose own omega^2 is `w0sq`, large both in
+    absolute terms and against the material, so a firm pin holds against the body."""
+    return max(PIN_OMEGA2, PIN_OVER_MATERIAL * w0sq)
+
+
 def pin_stiffness(pin_weight, vertex_mass, material: dict, diagonal: float):
-    """Spring stiffness (N/m) of each vertex's pin: weight * mass * Omega^2, with Omega^2 large
-    both in absolute terms and against the material, so a firm pin holds against the body."""
-    omega2 = max(PIN_OMEGA2, PIN_OVER_MATERIAL * material_omega2(material, diagonal))
-    return pin_weight * vertex_mass * omega2
+    """Spring stiffness (N/m) of each vertex's pin: weight * mass * Omega^2 (`pin_omega2`)."""
+    return pin_weight * vertex_mass * pin_omega2(material_omega2(material, diagonal))

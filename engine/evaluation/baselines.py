@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from ..core.formats import FormatError, NeurokError, atomic_write_bytes, read_sequence
-from ..core.physics import PIN_OMEGA2, PIN_OVER_MATERIAL
+from ..core.physics import pin_omega2
 # the latent-MLP baseline steps in the learned model's own latent space, so it reads that model's
 # internals (the one part of the evaluation that does: model v2's `LatentScene`)
 from ..learned.checkpoint import load_checkpoint, read_payload
@@ -191,7 +191,7 @@ class SceneTerms:
         self.dt = setup.dt
         self.mask = _pad(torch.ones(d, dtype=DTYPE), latent)
         self.F = _pad(torch.stack([scene.forcing(t) for t in range(T)]) * setup.dt ** 2, latent)         # [T,D]
-        omega = max(PIN_OMEGA2, PIN_OVER_MATERIAL * scene.w0sq)
+        omega = pin_omega2(scene.w0sq)
         self.Pb = _pad(torch.stack([scene.pin_b(min(t + 1, T - 1)) for t in range(T)]) / omega, latent)  # [T,D]
         self.P = _pad(_pad(scene.P / omega, latent, -1), latent, -2)                                    # [D,D]
         Vz, z_c = scene.contact_Vz, scene.contact_rest[:, 2]

@@ -129,3 +129,34 @@ def bar_stretch(setup, x) -> float:
 def bar_theory(gravity=9.81) -> float:
     """rho g L^2 / 2E: a hanging column's stretch (nu = 0)."""
     return BAR["density"] * gravity * BAR["size"][2] ** 2 / (2.0 * BAR["stiffness"])
+
+
+def calibration_bar(model=None, trained: bool = False) -> dict:
+    """Stiffness in Pa means Pa (`neurok calibration-bar`): how far the hanging bar's bottom face drops (m)
+    in the learned engine with the checkpoint's learned layers zeroed (the classical prior in the model's
+    subspace, fitted cubature and all; `trained`: also the checkpoint as it is), in the reference
+    simulator (static solve), and by rho g L^2 / (2E), the textbook figure for a hanging column (nu = 0)."""
+    from ..learned.checkpoint import default_model_path, load_checkpoint
+    from ..learned.runtime import NeurokRun
+    from ..reference.simulator import ReferenceSimulator
+    setup = hanging_bar()
+    path = model or default_model_path()
+    out = {"reference": bar_stretch(setup, ReferenceSimulator(setup).solve_static()),
+           "prior": bar_stretch(setup, NeurokRun(load_checkpoint(path)[0].classical_prior(), setup).bake()[-1]),
+           "theory": bar_theory()}
+    if trained:
+        out["trained"] = bar_stretch(setup, NeurokRun(load_checkpoint(path)[0], setup).bake()[-1])
+    return out
+
+
+def calibration_bar_command(model=None, trained: bool = False) -> int:
+    r = calibration_bar(model, trained)
+    print("hanging bar 0.1x0.1x1 m, E 100 kPa, rho 1000, nu 0.3: its bottom drops")
+    print(f"  learned engine, classical prior: {1e3 * r['prior']:.1f} mm "
+          f"({100 * (r['prior'] / r['reference'] - 1):+.1f} % of the reference)")
+    if "trained" in r:
+        print(f"  learned engine, checkpoint as trained: {1e3 * r['trained']:.1f} mm "
+              f"({100 * (r['trained'] / r['reference'] - 1):+.1f} %)")
+    print(f"  reference simulator (static): {1e3 * r['reference']:.1f} mm")
+    print(f"  rho g L^2 / 2E: {1e3 * r['theory']:.1f} mm")
+    return 0

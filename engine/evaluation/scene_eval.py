@@ -29,10 +29,10 @@ from .scenes import beam_mesh, beam_scene, evaluation_scenes
 # 500 occupied cells). At the generator's 4 the soft toy is 24 cells and its bottom layer of
 # nodes holds it upright on a flat sole wider than its feet, and the torus has one cell through
 # its tube; at 12 the solids' paths are within 0.003 (toy) of their 16-cell paths, where 4 cells
-# were 0.24 from them (`tools/ground_truth_convergence.py`, docs/EVALUATION.md).
+# were 0.24 from them (`experiments/ground_truth_convergence.py`, docs/EVALUATION.md).
 EVALUATION_LATTICE = 12
 # Scenes whose path is converged on a coarser lattice, and that lattice: the jelly cube at 4 cells
-# is 0.003 from its 12-cell path (`tools/ground_truth_convergence.py`, docs/MODEL_CARD.md), at a
+# is 0.003 from its 12-cell path (`experiments/ground_truth_convergence.py`, docs/MODEL_CARD.md), at a
 # fifth of the reference's time and the oracle's.
 CONVERGED_COARSER = {"jelly_poke": 4}
 

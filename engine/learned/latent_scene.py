@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MATERIAL, material_omega2
+from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, material_omega2, pin_omega2
 from ..core.scene import Setup, profile_value
 from . import interactions
 from .materials import DTYPE, determinant, lame
@@ -293,7 +293,7 @@ class LatentScene:
             self.P = torch.zeros(d, d, dtype=DTYPE, device=self.device)
             self._b_static = torch.zeros(d, dtype=DTYPE, device=self.device)
             return
-        omega2 = max(PIN_OMEGA2, PIN_OVER_MATERIAL * self.w0sq)
+        omega2 = pin_omega2(self.w0sq)
         self.pin_k = _t(self.vertex_mass[pinned] * setup.pin_weight[pinned] * omega2, self.device)
         self.pin_V = self.V[torch.as_tensor(pinned)]
         Vp = self.pin_V.reshape(-1, d)

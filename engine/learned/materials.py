@@ -504,7 +504,7 @@ def with_gradient_of(original, projected):
     """`projected` (made from `original` detached) carrying `original`'s gradient: eigh's
     gradient is NaN where eigenvalues repeat (a cloth sample's, a free body's rigid modes), and a
     NaN gradient skipped its batch's training step (9 of 20 cloth rollouts:
-    tools/training_rollouts.py). Exact where `original` is positive semi-definite already."""
+    experiments/training_rollouts.py). Exact where `original` is positive semi-definite already."""
     return original + (projected - original).detach() if original.requires_grad else projected
 
 

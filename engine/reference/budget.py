@@ -37,7 +37,7 @@ class Work:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-# Measured with tools/work_budget_scan.py (docs/RELIABILITY.md, work budget), the most any substep
+# Measured with experiments/work_budget_scan.py (docs/RELIABILITY.md, work budget), the most any substep
 # used: line-search halvings 26, contact cuts 80 and pair checks 1.7 million on the demo scenes, the
 # evaluation scenes and generated training sequences; contact cuts 200 and pair checks 12.4 million
 # on the jelly sweep's 100x pokes and squeezes (docs/PHYSICS.md (o)), which run as before. The

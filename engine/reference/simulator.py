@@ -68,7 +68,7 @@ class ReferenceSimulator:
         self.setup = setup
         self.budget = budget
         self.work_peak = Work()         # the most work any substep has done so far
-        self.work_log = None            # a list to get every substep's `Work` (tools/work_budget_scan.py)
+        self.work_log = None            # a list to get every substep's `Work` (experiments/work_budget_scan.py)
         self.cancel = None
         self.on_substep = None
         mat = setup.material
@@ -77,7 +77,7 @@ class ReferenceSimulator:
         self.diagonal = float(np.linalg.norm(rest.max(axis=0) - rest.min(axis=0))) or 1.0
         self.cloth = mat["kind"] == "cloth"
         self.direct_solve = self.cloth  # stiff springs: CG converges slowly
-        self.colliders = list(getattr(setup, "colliders", None) or [])
+        self.colliders = list(setup.colliders)
         self.lattice = None
         if mat["kind"] == "cloth":
             self.W = sp.identity(n, format="csr")

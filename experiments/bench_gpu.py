@@ -1,6 +1,6 @@
 """The learned engine's speed on CUDA beside the CPU, from one run: for the first machine with a GPU.
 
-    .venv/bin/python tools/bench_gpu.py --json eval_out/bench_gpu.json [--sizes 1000,10000,100000] [--frames 48]
+    .venv/bin/python experiments/bench_gpu.py --json eval_out/bench_gpu.json [--sizes 1000,10000,100000] [--frames 48]
 
 The same scene and code path as `neurok bench` (the step runs on whichever device the engine
 was opened on: float64 energy and gradient, float32 Newton matrix, every tensor on the device),
@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:

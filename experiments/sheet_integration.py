@@ -1,6 +1,6 @@
 """A sheet's distance and stretch against how exactly its membrane energy is integrated.
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/sheet_integration.py [--scenes eval_out/small/scenes]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/sheet_integration.py [--scenes eval_out/small/scenes]
         [--only flag_wind,grid] [--details medium,high]
 
 For the sheets `make eval-small` kept (their reference frames in `eval_out/small/scenes`), the
@@ -8,20 +8,16 @@ learned engine at each detail with three integrations of its membrane energy: th
 cubature as shipped (`subspace.fitted_cubature`: at most max(200, coordinates / 2) triangles),
 as many triangles as coordinates, and every triangle (full integration). Prints the cubature's
 held-out force error, rel_l2 over the whole rollout (x hold-still), the mean edge strain over the
-reference's, the largest share of flipped (folded-over) triangles (`prior_vs_trained.measures`),
+reference's, the largest share of flipped (folded-over) triangles (`engine.evaluation.prior_vs_trained.measures`),
 and ms per frame (timed beside whatever else runs).
 """
 from __future__ import annotations
 
 import argparse
 import copy
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:
@@ -30,8 +26,7 @@ def main(argv=None) -> int:
     from engine.api import open_engine
     from engine.core.scene import setup_from_scene
     from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
-    from engine.evaluation.scenes import evaluation_scenes
-    from tools.prior_vs_trained import measures
+    from engine.evaluation.prior_vs_trained import measures, kept_scenes
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", default="eval_out/small/scenes")
     p.add_argument("--only", default="flag_wind,grid")
@@ -51,13 +46,7 @@ def main(argv=None) -> int:
     integrations = {"fitted (shipped)": shipped, "samples = coordinates": with_samples(1.0),
                     "every triangle": with_samples(None)}
     engine = open_engine("neurok", model=None, device="cpu")
-    cases, notes = evaluation_scenes(args.only.split(","), 36, Path(args.scenes).parent / "meshes")
-    for name, _, mesh, scene, _ in cases:
-        path = Path(args.scenes) / f"{name}.npz"
-        if not path.exists():
-            print(f"{name}: no {path} (run make eval-small first)")
-            continue
-        true = np.load(path)["reference"].astype(np.float64)
+    for name, mesh, scene, true in kept_scenes(args.only.split(","), args.scenes):
         diag = bbox_diagonal(true[0])
         still = rel_l2_curve(np.repeat(true[:1], len(true), 0), true, diag)[1:].mean()
         reference = measures(true, true, setup_from_scene(mesh, scene))
@@ -79,8 +68,6 @@ def main(argv=None) -> int:
                       f"({m['rel_l2'] / still:.2f}x hold-still) | strain {m['strain'] / reference['strain']:.2f}x the "
                       f"reference's, flipped {m['flipped']:.0%} (reference {reference['flipped']:.0%}) | {ms:.0f} ms/frame",
                       flush=True)
-    for n in notes:
-        print(n)
     return 0
 
 

@@ -1,6 +1,6 @@
 """How many training rollouts teach: converge, and give a finite gradient.
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/training_rollouts.py data/train_l8 data/train_cloth [--sequences 10]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/training_rollouts.py data/train_l8 data/train_cloth [--sequences 10]
 
 For each data folder: two 5-frame rollouts from random noisy frames of each of its first training
 sequences (`train.rollout_loss`, as `neurok train` draws them), on an untrained model with every
@@ -17,8 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.append(str(Path(__file__).resolve().parents[1]))   # after PYTHONPATH: an older checkout can be measured
 
 
 def main(argv=None):

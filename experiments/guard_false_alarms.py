@@ -4,22 +4,23 @@ it would have stopped, with the full check and with the quick one (a 1,000-eleme
 volume: what the learned engine's frames between two full checks get). The reference is the
 ground truth, so every stop is a false alarm.
 
-    python tools/guard_false_alarms.py eval_out/small data/train_set
+    python experiments/guard_false_alarms.py eval_out/small data/train_set
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.core.errors import NeurokError  # noqa: E402
-from engine.core.formats import read_sequence  # noqa: E402
-from engine.core.guard import Guard  # noqa: E402
-from engine.core.scene import setup_from_sequence  # noqa: E402
-
-
-def main(folders) -> int:
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("folders", nargs="*", default=["eval_out"], help="folders of sequences (default: eval_out)")
+    folders = p.parse_args(argv).folders
+    from engine.core.errors import NeurokError
+    from engine.core.formats import read_sequence
+    from engine.core.guard import Guard
+    from engine.core.scene import setup_from_sequence
     sequences = frames = 0
     alarms = {"full": 0, "quick": 0}
     for folder in folders:
@@ -47,4 +48,4 @@ def main(folders) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or ["eval_out"]))
+    sys.exit(main())

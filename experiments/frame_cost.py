@@ -1,6 +1,6 @@
 """Where a learned-engine frame's time goes, on the bench scene (`engine.evaluation.bench`).
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/frame_cost.py [--vertices 10000] [--frames 96] [--model CKPT]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/frame_cost.py [--vertices 10000] [--frames 96] [--model CKPT]
 
 Prepares the bench's pinned, pushed rubber sphere (and once more: a cached prepare), then times
 the frames a bake takes in blocks of 8 (the guard releases them 8 at a time) and prints the best
@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def timed(owner, name, totals, key):

@@ -1,6 +1,6 @@
 """What a frame of the learned engine costs against its number of handles (issue 23).
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/handle_cost.py [--vertices 10000] [--frames 24]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/handle_cost.py [--vertices 10000] [--frames 24]
         [--handles 8,16,24,32,48,64] [--json OUT.json] [--plot docs/figures/handle_cost.png]
 
 Two bodies of about `--vertices` vertices, as in `neurok bench`: the 1 m square sheet of cloth in
@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 REPEATS = 3

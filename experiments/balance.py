@@ -1,6 +1,6 @@
 """Balance: a ball at rest, equal and opposite pushes, a ball thrown along the floor (issue 23).
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/balance.py [--model CKPT] [--radius 0.25] [--json OUT.json]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/balance.py [--model CKPT] [--radius 0.25] [--json OUT.json]
 
 A UV sphere (`evaluation.scenes.uv_sphere`, 16 rings x 32 segments) of `--radius` metres, 72
 frames at 1/24 s (3 s), each case in the learned engine and in the reference simulator:
@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def cases(radius):

@@ -2,7 +2,7 @@
 vertices lying inside another part of the body (engine/evaluation/reference_stress.py `self_overlap`) over
 every `--every`-th frame, and the least enclosed volume. Lists the sequences that overlap.
 
-    python tools/self_overlap_scan.py data/train_ref5 --every 2
+    python experiments/self_overlap_scan.py data/train_ref5 --every 2
 """
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.core.errors import NeurokError  # noqa: E402
-from engine.core.formats import read_sequence  # noqa: E402
-from engine.core.geometry import is_closed  # noqa: E402
-from engine.core.measures import MeshMeasures  # noqa: E402
-from engine.evaluation.reference_stress import self_overlap  # noqa: E402
+from engine.core.errors import NeurokError
+from engine.core.formats import read_sequence
+from engine.core.geometry import is_closed
+from engine.core.measures import MeshMeasures
+from engine.evaluation.reference_stress import self_overlap
 
 
 def main(argv=None) -> int:

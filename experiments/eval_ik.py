@@ -5,7 +5,7 @@ drag 16 spread handle vertices to their true positions with `NeurokEngine.solve_
 the whole posed surface with the true one (Chamfer-L1 / rest bbox diagonal). "Rest" is the same
 measure for the undeformed shape, the do-nothing answer.
 
-    python tools/eval_ik.py --data eval_out/full/data --model assets/neurok_default.ckpt
+    python experiments/eval_ik.py --data eval_out/full/data --model assets/neurok_default.ckpt
 """
 import argparse
 import json

@@ -1,6 +1,6 @@
 """What a learned density or a learned material scale could buy at best on the held-out scenes.
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/learning_headroom.py [--scenes eval_out/small/scenes]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/learning_headroom.py [--scenes eval_out/small/scenes]
         [--only torus,jelly_poke,toy_drop] [--correction "-0.3,0;0.3,0"] [--material "damping=0.5;stiffness=0.5"]
 
 The bundled model (its classical prior) on the scenes `make eval-small` keeps, against their
@@ -17,19 +17,15 @@ reference frames, changed one way at a time:
   coarse sheet cannot form.
 Prints rel_l2 over the whole rollout and over frames 1..24 (x hold-still), and beside them the lowest
 volume / rest, the mean edge strain (and it over the reference's) and the largest share of flipped
-triangles (`prior_vs_trained.measures`), per scene; a run whose step cannot be solved says so.
+triangles (`engine.evaluation.prior_vs_trained.measures`), per scene; a run whose step cannot be solved says so.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:
@@ -38,9 +34,8 @@ def main(argv=None) -> int:
     from engine.core.errors import SimulationFault
     from engine.core.scene import MATERIAL_PRESETS, setup_from_scene
     from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
-    from engine.evaluation.scenes import evaluation_scenes
     from engine.learned.materials import CORRECTION_BOUND
-    from tools.prior_vs_trained import describe, measures
+    from engine.evaluation.prior_vs_trained import describe, measures, kept_scenes
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", default="eval_out/small/scenes")
     p.add_argument("--only", default="toy_drop,jelly_poke,flag_wind,torus,grid")
@@ -56,13 +51,7 @@ def main(argv=None) -> int:
     variants += [(f"material {m}", None, dict((kv.split("=")[0], float(kv.split("=")[1])) for kv in m.split(",")))
                  for m in args.material.split(";") if m]
     variants += [(f"compression {c}", None, {"compression": float(c)}) for c in args.compression.split(";") if c]
-    cases, notes = evaluation_scenes(args.only.split(","), 36, Path(args.scenes).parent / "meshes")
-    for name, _, mesh, scene, _ in cases:
-        path = Path(args.scenes) / f"{name}.npz"
-        if not path.exists():
-            print(f"{name}: no {path} (run make eval-small first)")
-            continue
-        true = np.load(path)["reference"].astype(np.float64)
+    for name, mesh, scene, true in kept_scenes(args.only.split(","), args.scenes):
         setup = setup_from_scene(mesh, scene)
         diag = bbox_diagonal(true[0])
         still = rel_l2_curve(np.repeat(true[:1], len(true), 0), true, diag)
@@ -91,8 +80,6 @@ def main(argv=None) -> int:
             print(f"{name} | {label} | rel_l2 {m['rel_l2']:.4f} ({m['rel_l2'] / still[1:].mean():.3f}x hold-still), "
                   f"1..24 {c[1:25].mean() / still[1:25].mean():.3f}x | {describe(m)}, strain {m['strain'] / strain:.2f}x "
                   "the reference's", flush=True)
-    for n in notes:
-        print(n)
     return 0
 
 

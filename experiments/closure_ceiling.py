@@ -1,6 +1,6 @@
 """How close the closures could bring the prior at best: each tuned on the held-out scenes themselves.
 
-    .venv/bin/python tools/closure_ceiling.py [--model CKPT] [--only flag_wind,grid] [--json OUT.json]
+    .venv/bin/python experiments/closure_ceiling.py [--model CKPT] [--only flag_wind,grid] [--json OUT.json]
         [--physics eval_out/small/physics] [--frames 36]
 
 The model's learned closures are one number per kind of material: a multiplier of the Rayleigh
@@ -8,7 +8,7 @@ damping's beta (dissipation) and a compressed cloth edge's share of the membrane
 (compression). This runs the classical prior (`NeurokModel.classical_prior`) on every scene of
 the small evaluation preset with each pair of a grid of those numbers (the damping multiplier
 over the closure's whole range, e^-1 .. e^1; the compression share for cloth), against the
-reference's converged ground truth (`tools/prior_vs_trained.py` reads it the same way), and prints
+reference's converged ground truth (`neurok prior-vs-trained` reads it the same way), and prints
 each scene's best pair and its distance beside the prior's. The best pair is chosen per scene,
 on the very scenes it is scored on: no closure of this form (one number per kind of material,
 learned elsewhere) can do better, so the mean of the per-scene bests is a ceiling for what
@@ -25,8 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DAMPING = (0.37, 0.5, 0.7, 1.0, 1.4, 2.0, 2.7)     # beta multipliers: the closure's range is e^-1 .. e^1
 COMPRESSION = (1.0, 0.5, 0.25, 0.1, 0.05)          # a compressed edge's share (1: the reference's membrane)
@@ -50,7 +48,7 @@ def main(argv=None) -> int:
     from engine.evaluation.suite import SMALL_SCENES
     from engine.learned.checkpoint import default_model_path
     from engine.learned.runtime import NeurokEngine
-    from prior_vs_trained import describe, measures
+    from engine.evaluation.prior_vs_trained import describe, measures
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None)
     p.add_argument("--frames", type=int, default=36)

@@ -5,7 +5,7 @@ budget off. Groups: the demo scenes (bundled samples, default settings, as the a
 them), the evaluation scenes (Blender primitives, the evaluation's settings), generated training
 sequences, and (slow) the jelly sweep's heaviest rows (docs/PHYSICS.md (o)).
 
-    python tools/work_budget_scan.py --groups demo eval generated [--sequences FIRST:COUNT] [--frames N] [--json OUT]
+    python experiments/work_budget_scan.py --groups demo eval generated [--sequences FIRST:COUNT] [--frames N] [--json OUT]
 """
 from __future__ import annotations
 
@@ -18,11 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.core.scene import setup_from_scene  # noqa: E402
-from engine.reference.budget import Work, setup_load  # noqa: E402
-from engine.reference.simulator import ReferenceSimulator  # noqa: E402
+from engine.core.scene import setup_from_scene
+from engine.reference.budget import Work, setup_load
+from engine.reference.simulator import ReferenceSimulator
 
 GROUPS = ("demo", "eval", "generated", "sweep")
 

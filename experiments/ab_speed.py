@@ -1,6 +1,6 @@
 """The bench's learned-engine frame against another commit's, run alternately in one process.
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/ab_speed.py --base COMMIT [--scene sphere|cloth] [--rounds 6]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/ab_speed.py --base COMMIT [--scene sphere|cloth] [--rounds 6]
 
 On a shared machine one bench run can be 30 % off the next; alternating the two engines in one
 process puts both under the same load. The base commit is checked out into a temporary git
@@ -13,21 +13,24 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def engine_at(commit: str, folder: Path) -> str:
     """Check `commit` out under folder and make its engine importable as `engine_base`."""
     tree = folder / "tree"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), commit], check=True)
-    (folder / "engine_base").symlink_to(tree / "engine")
-    sys.path.insert(0, str(folder))
+    init = tree / "engine" / "__init__.py"   # imported as a package of its own: no search-path edit
+    spec = importlib.util.spec_from_file_location("engine_base", init, submodule_search_locations=[str(init.parent)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["engine_base"] = module
+    spec.loader.exec_module(module)
     return str(tree)
 
 

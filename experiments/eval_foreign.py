@@ -1,7 +1,7 @@
 """Replay imported sequences (e.g. Blender cloth bakes) with one or more checkpoints and print
 JSON: rel_l2 per sequence and model, the hold-still baseline, and their ratio.
 
-    python tools/eval_foreign.py --data data/blender_cloth \
+    python experiments/eval_foreign.py --data data/blender_cloth \
         --model default=assets/neurok_default.ckpt --model finetuned=runs/blender_cloth.ckpt
 
 rel_l2 of a sequence = mean over frames t of (mean over vertices of |x_pred(t) - x_true(t)|) /
@@ -25,14 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from engine.api import SimulationFault, open_engine  # noqa: E402
-from engine.core.formats import NeurokError, read_sequence  # noqa: E402
-from engine.training.generate import load_index  # noqa: E402
-from engine.core.scene import setup_from_sequence  # noqa: E402
+from engine.api import SimulationFault, open_engine
+from engine.core.formats import NeurokError, read_sequence
+from engine.training.generate import load_index
+from engine.core.scene import setup_from_sequence
 
 
 def rel_l2(pred: np.ndarray, true: np.ndarray, rest: np.ndarray) -> float:

@@ -2,7 +2,7 @@
 "matched" (a solid: the theta method at 1/24 s, damping as the reference's backward Euler at
 1/48 s; a sheet: backward Euler at 1/48 s) against plain backward Euler at 1/48 s.
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/step_schemes.py [--scenes eval_out/small/scenes] [--repeats 4]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/step_schemes.py [--scenes eval_out/small/scenes] [--repeats 4]
 
 Prints, per scheme:
 - the pinned beam of the evaluation (`evaluation.scenes.beam_scene`, 72 frames, no material
@@ -17,13 +17,10 @@ Prints, per scheme:
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def spinning_cube(frames=12):

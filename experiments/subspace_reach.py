@@ -1,6 +1,6 @@
 """How close the model's state space can come to the reference, beside how close its dynamics come.
 
-    .venv/bin/python tools/subspace_reach.py [--scenes eval_out/small/scenes] [--handles 8,16,24] [--only torus,flag_wind] [--free-pins]
+    .venv/bin/python experiments/subspace_reach.py [--scenes eval_out/small/scenes] [--handles 8,16,24] [--only torus,flag_wind] [--free-pins]
 
 For each evaluation scene `make eval-small` kept (`eval_out/small/scenes/NAME.npz`: the
 reference's frames, the model's and the oracle's), the **reach** of a skinning subspace: the
@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHEETS = ("flag_wind", "grid")
 

@@ -1,7 +1,7 @@
 """Is the evaluation's ground truth converged? The reference on the evaluation's solid scenes at
 several lattice resolutions, each run against the finest, beside the model.
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/ground_truth_convergence.py \
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/ground_truth_convergence.py \
         [--scenes toy_drop,torus,monkey,jelly_poke] [--cells 4,8,12,16] [--frames 36] [--cache DIR]
         [--data DIR --files seq_00002.npz,seq_00017.npz]
 
@@ -28,8 +28,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def tilt_degrees(x0, x1) -> float:

@@ -1,6 +1,6 @@
 """Frame by frame, where a held-out scene's model and oracle part from the reference.
 
-    .venv/bin/python tools/scene_frames.py [flag_wind grid ...] [--scenes eval_out/small/scenes] [--every 1] [--frames 14]
+    .venv/bin/python experiments/scene_frames.py [flag_wind grid ...] [--scenes eval_out/small/scenes] [--every 1] [--frames 14]
         [--compression C]
 
 Reads the frames `make eval-small` keeps (eval_out/small/scenes/NAME.npz: the reference, the
@@ -33,8 +33,6 @@ def far_edge(ref) -> np.ndarray | None:
 
 def bake_with_compression(name: str, scenes: Path, frames: int, compression: float) -> np.ndarray:
     """The scene baked by the bundled model with `cloth_compression` set."""
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
     from engine.api import open_engine
     from engine.core.scene import setup_from_scene
