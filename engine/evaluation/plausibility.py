@@ -82,3 +82,41 @@ def aggregate_plausibility(summaries) -> tuple[dict, dict]:
         mean[key] = float(np.mean(vals)) if vals else None
         worst[key] = float(pick(vals)) if vals else None
     return mean, worst
+
+
+def crossing_triangle_pairs(x, faces) -> int:
+    """How many pairs of triangles that share no vertex pass through each other in the surface x
+    [N,3]: a sheet folded through itself (neither engine has self-contact for sheets). One
+    triangle's edge piercing the other, either way round, counts the pair once."""
+    from scipy.spatial import cKDTree
+    faces = np.asarray(faces)
+    tri = np.asarray(x, dtype=np.float64)[faces]                           # [F,3,3]
+    centre = tri.mean(axis=1)
+    reach = np.linalg.norm(tri - centre[:, None], axis=2).max()
+    pairs = np.array(sorted(cKDTree(centre).query_pairs(2.0 * reach)), dtype=np.int64).reshape(-1, 2)
+    if not len(pairs):
+        return 0
+    shared = (faces[pairs[:, 0]][:, :, None] == faces[pairs[:, 1]][:, None, :]).any(axis=(1, 2))
+    pairs = pairs[~shared]
+    hit = np.zeros(len(pairs), dtype=bool)
+    for a, b in ((0, 1), (1, 0)):
+        for k in range(3):
+            start, end = tri[pairs[:, a], k], tri[pairs[:, a], (k + 1) % 3]
+            hit |= _segment_hits_triangle(start, end, tri[pairs[:, b]])
+    return int(hit.sum())
+
+
+def _segment_hits_triangle(p, q, tri, eps=1e-12) -> np.ndarray:
+    """Whether segments p->q [P,3] pass through triangles tri [P,3,3] (Moller-Trumbore)."""
+    d = q - p
+    e1, e2 = tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]
+    h = np.cross(d, e2)
+    det = np.einsum("pi,pi->p", e1, h)
+    ok = np.abs(det) > eps
+    inv = np.where(ok, 1.0 / np.where(ok, det, 1.0), 0.0)
+    s = p - tri[:, 0]
+    u = inv * np.einsum("pi,pi->p", s, h)
+    qv = np.cross(s, e1)
+    v = inv * np.einsum("pi,pi->p", d, qv)
+    t = inv * np.einsum("pi,pi->p", e2, qv)
+    return ok & (u >= 0) & (v >= 0) & (u + v <= 1) & (t >= 0) & (t <= 1)
