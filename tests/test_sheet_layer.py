@@ -54,10 +54,16 @@ def test_a_cloth_dropped_on_a_table_hangs_over_its_edges(engine):
     assert np.all(np.abs(xs[-1][top, 2] - 0.31) < 0.01)     # resting on the table's 1 cm shell
 
 
-def test_auto_takes_the_layer_up_to_its_size_limit():
-    mesh, scene = drape_case(2, cells=8)
-    small = setup_from_scene(mesh, scene)
-    assert layer_wanted("auto", small) and not layer_wanted("off", small)
-    assert small.num_vertices <= SHEET_LAYER_MAX_VERTICES
+def test_auto_follows_the_level_of_detail():
+    """Low detail: the latent step alone (fast previews); medium: the layer up to its size limit;
+    high: always."""
+    small_mesh, scene = drape_case(2, cells=8)
+    large_mesh, _ = drape_case(2, cells=70)
+    for detail, small_on, large_on in (("low", False, False), ("medium", True, False), ("high", True, True)):
+        small = setup_from_scene(small_mesh, dict(scene, detail=detail))
+        large = setup_from_scene(large_mesh, dict(scene, detail=detail))
+        assert large.num_vertices > SHEET_LAYER_MAX_VERTICES >= small.num_vertices
+        assert (layer_wanted("auto", small), layer_wanted("auto", large)) == (small_on, large_on)
+        assert layer_wanted("on", small) and not layer_wanted("off", large)
     with pytest.raises(ValueError):
         layer_wanted("maybe", small)

@@ -1,5 +1,5 @@
 """Renders docs/figures/addon_getting_started.png headless (Workbench): a cloth banner pinned to an animated,
-rotating hook, baked by NeuROK (reference engine) over a Subdivision modifier, falling onto a Collision plane.
+rotating hook, baked by NeuROK (the learned engine with its sheet layer) over a Subdivision modifier, falling onto a Collision plane.
 
     python docs/figures/addon_figure.py ZIP OUT.png     (run with BLENDER_USER_* pointed at temp folders)
 """
@@ -13,7 +13,7 @@ bpy.ops.wm.read_factory_settings(use_empty=True)
 bpy.ops.extensions.package_install_files(filepath=zip_path, repo="user_default", enable_on_install=True)
 scene = bpy.context.scene
 scene.frame_start, scene.frame_end = 1, 16
-scene.neurok.engine = 'REFERENCE'
+scene.neurok.engine = 'NEUROK'
 bpy.ops.mesh.primitive_plane_add(size=3, location=(0, 0, 0))
 bpy.ops.object.modifier_add(type='COLLISION')
 bpy.ops.object.empty_add(location=(-0.3, 0, 0.9))

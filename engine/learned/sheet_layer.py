@@ -40,18 +40,21 @@ from .subspace import bending_matrix
 
 LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (10: the flag's far edge fell 31 of 53 mm)
 LAYER_MEMORY = 10              # curvature pairs kept
-# Above this many vertices "auto" leaves the layer off: it costs about 85 ms a frame per
-# 1,000 vertices on one core (numpy), where the latent step alone takes 15 ms at 10,000.
+# Above this many vertices "auto" at medium detail leaves the layer off: it costs about 85 ms a
+# frame per 1,000 vertices on one core (numpy), where the latent step alone takes 15 ms at 10,000.
 SHEET_LAYER_MAX_VERTICES = 4000
 LAYER_CHOICES = ("auto", "on", "off")
 FLOOR_FRICTION_MU = 0.5        # Coulomb coefficient of the floor for a sheet
 
 
 def layer_wanted(choice: str, setup) -> bool:
-    """Whether a sheet run takes the full-space layer: "on", "off", or "auto" (small sheets)."""
+    """Whether a sheet run takes the full-space layer: "on", "off", or "auto", which follows the
+    setup's level of detail: never at low, up to SHEET_LAYER_MAX_VERTICES at medium, always at high."""
     if choice not in LAYER_CHOICES:
         raise ValueError(f"unknown sheet layer choice '{choice}' ({', '.join(LAYER_CHOICES)})")
-    return choice == "on" or (choice == "auto" and setup.num_vertices <= SHEET_LAYER_MAX_VERTICES)
+    if choice != "auto":
+        return choice == "on"
+    return setup.detail == "high" or (setup.detail == "medium" and setup.num_vertices <= SHEET_LAYER_MAX_VERTICES)
 
 
 def unique_edges(faces):
