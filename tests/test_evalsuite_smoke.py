@@ -23,7 +23,7 @@ def test_small_preset_writes_a_report(tmp_path):
     report = run_suite("small", tmp_path / "out", model_path=str(model), docs_dir=docs,
                        sequences=2, heldout=1, frames=12, mlp_minutes=0.05, long_frames=20,
                        force_scales=(1.0, 100.0), stress_frames=6, resolutions=(300,), truth_max_vertices=400,
-                       bench_sizes=(300,), bench_frames=2, scenes=("toy_drop", "torus"), scene_frames=8,
+                       bench_sizes=(300,), bench_frames=2, scenes=("toy_drop", "torus", "flag_wind"), scene_frames=8,
                        noise_scenes=("torus",), noise_frames=3, noise_sequences=1, beam_frames=12, gif_frames=4,
                        energy_steps=10, truth_lattice=4)          # ground truth on the generator's lattice: fast
     text = open(report).read()
@@ -46,7 +46,10 @@ def test_small_preset_writes_a_report(tmp_path):
     assert result["splits"]["all"]["plausibility"]["strain_mean"] is not None
     assert result["reference"]["all"]["plausibility"]["strain_mean"] is not None
     scenes = json.loads((out / "scenes.json").read_text())
-    assert [r["name"] for r in scenes["scenes"]] == ["toy_drop", "torus"]
+    assert [r["name"] for r in scenes["scenes"]] == ["toy_drop", "torus", "flag_wind"]
+    flag = scenes["scenes"][2]["cloth"]                           # the sheets' own measures, in the report too
+    assert flag["far_edge_fall_4"]["reference"] > 0.02 and flag["crossing_pairs"]["neurok"] >= 0
+    assert "crossing triangle pairs a frame" in text
     beam = json.loads((out / "beam.json").read_text())
     assert beam["quantities"]["reference"]["sag"] > 0
     assert rebuild_report("small", tmp_path / "out", docs) == docs / "EVALUATION.md"

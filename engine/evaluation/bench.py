@@ -17,6 +17,8 @@ size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed s
 - neurok_cloth (sizes up to 10k): the learned engine on a 1 m square sheet of cloth hung by its
   top edge in a sine gust (`CLOTH_SCENE`); its subspace has as many handles as its area asks
   (`learned/subspace.resolution`: 32), and `handles` / `coordinates` are in every neurok row.
+  `sheet_layer` says whether the full-space layer ran (`learned/sheet_layer.py`; by default up to
+  4,000 vertices); a size beyond that gets a second row with the layer on, its note says so.
 - blender_cloth: Blender's own cloth simulator on the same mesh and frames, pinned by a vertex
   group (gravity only: cloth on the surface mesh, not a volumetric solid; a speed reference),
   run in a child Python that imports bpy (the engine never imports bpy); skipped with a reason
@@ -146,7 +148,7 @@ class PeakMemory:
 
 # --------------------------------------------------------------------------- engines
 
-def bench_neurok(engine, setup, device="cpu") -> dict:
+def bench_neurok(engine, setup, device="cpu", sheet_layer="auto") -> dict:
     cuda = device == "cuda"
     if cuda:
         torch.cuda.synchronize()
@@ -154,7 +156,7 @@ def bench_neurok(engine, setup, device="cpu") -> dict:
         base = torch.cuda.memory_allocated()
     with PeakMemory() as mem:
         t0 = time.perf_counter()
-        run = engine.prepare(setup)
+        run = engine.prepare(setup, sheet_layer=sheet_layer) if sheet_layer != "auto" else engine.prepare(setup)
         run.guard                          # the guard's rest measures are made once per mesh too
         if cuda:
             torch.cuda.synchronize()
@@ -174,7 +176,8 @@ def bench_neurok(engine, setup, device="cpu") -> dict:
            # CPU time of this process per frame: what the frame costs where other jobs share the cores
            "cpu_ms_per_frame": 1000.0 * (c3 - c2) / max(count, 1),
            "cubature_samples": int(len(run.scene.weights)), "cubature_force_error": float(sub.cubature_error),
-           "substeps": run.substeps, "handles": int(run.scene.resolution.handles), "coordinates": int(run.scene.dims)}
+           "substeps": run.substeps, "handles": int(run.scene.resolution.handles), "coordinates": int(run.scene.dims),
+           "sheet_layer": getattr(run, "layer", None) is not None}
     if cuda:
         row["peak_mb"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 20
         row["host_peak_mb"] = mem.mb
@@ -345,6 +348,11 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
                              torch_threads=torch.get_num_threads()))
             if bar:
                 bar.update(1, postfix=f"neurok cloth {len(sheet.vertices)} v: {r['ms_per_frame']:.1f} ms/frame")
+            if not r["sheet_layer"]:       # a sheet too large for the layer by default: what it costs with it
+                r = bench_neurok(engines["cpu"], bench_setup(sheet, frames, CLOTH_SCENE), "cpu", sheet_layer="on")
+                rows.append(dict({"engine": "neurok_cloth", "device": "cpu", "vertices": int(len(sheet.vertices))}, **r,
+                                 torch_threads=torch.get_num_threads(),
+                                 note="with the sheet layer (off by default at this size)"))
     if bar:
         bar.close()
     result = {"format": "neurok.bench/1", "machine": machine(), "model": str(model_path), "rows": rows,

@@ -318,6 +318,22 @@ def sheets_section(scenes, docs) -> str:
     return "\n\n".join(out) or say("no_sheets")
 
 
+def cloth_table(scenes) -> str:
+    """The sheets' own measures (`scene_eval.cloth_measures`), reference / model / oracle."""
+    rows = []
+    for r in scenes.get("scenes", []):
+        c = r.get("cloth")
+        if not c:
+            continue
+        trio = lambda key, f: " / ".join(f(c[key][k]) if c.get(key) and k in c[key] else "n/a"
+                                         for k in ("reference", "neurok", "oracle"))
+        rows.append([r["name"], trio("far_edge_fall_4", lambda v: f"{1000 * v:.0f} mm"),
+                     trio("crossing_pairs", lambda v: f"{v:.1f}"), trio("overhang_tilt", lambda v: f"{v:.0f}°")])
+    if not rows:
+        return say("no_sheets")
+    return _table(["scene", "far edge fall by frame 4", "crossing triangle pairs a frame", "overhang from vertical"], rows)
+
+
 def beam_table(beam) -> str:
     if not beam:
         return say("not_run")
@@ -563,7 +579,7 @@ def _scene_fields(scenes, beam, stress, result, cfg, figs, docs) -> dict:
                               + "".join(f"; {n} at {c} cells, converged there already"
                                         for n, c in scenes.get("converged_coarser", {}).items()),
         "headline_table": headline_table(scenes), "noise_note": _noise_note(scenes, cfg),
-        "plausibility_figure": figs.get("plausibility", ""), "sheets": sheets_section(scenes, docs),
+        "plausibility_figure": figs.get("plausibility", ""), "sheets": sheets_section(scenes, docs), "cloth_table": cloth_table(scenes),
         "beam_size": f"{b.get('length')} x {b.get('width')} x {b.get('width')}",
         "beam_vertices": b.get("vertices"), "beam_stiffness": f"{q.get('stiffness', 0):.3g}",
         "beam_density": f"{q.get('density', 0):.4g}", "beam_frames": b.get("frames"),

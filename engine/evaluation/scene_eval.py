@@ -23,7 +23,8 @@ from .metrics import predict, sequence_metrics, truth_measures
 from .physics_cache import PhysicsCache, PhysicsRunFailed, compute_now, scene_job
 from .physical import beam_quantities, compare
 from .render import animation, contact_sheet
-from .scenes import beam_mesh, beam_scene, evaluation_scenes
+from .plausibility import crossing_triangle_pairs
+from .scenes import DRAPE_TABLE, beam_mesh, beam_scene, evaluation_scenes, overhang_tilt
 
 # Quadratic cells along a solid's longest side for the ground truth (the reference caps a body at
 # 500 occupied cells). At the generator's 4 the soft toy is 24 cells and its bottom layer of
@@ -123,6 +124,8 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False, physics=None) -> dict
                               else {"available": False, "note": "not measured for this scene in this preset"})
         np.savez_compressed(out / "scenes" / f"{name}.npz", reference=true, neurok=pred, oracle=po, faces=setup.faces)
         columns = {"reference": true, "neurok": pred, "oracle": po}
+        if setup.material["kind"] == "cloth":
+            row["cloth"] = cloth_measures(columns, setup, name)
         floor = setup.floor_z
         row["sheet"] = str(contact_sheet(columns, setup.faces, fig_dir / f"eval_{name}_sheet.png", floor_z=floor,
                                          title=f"{name}: reference | NeuROK model | oracle, {oracle_handles} handles"))
@@ -141,6 +144,32 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False, physics=None) -> dict
                        "model_latent": "per mesh (its handles, `learned/subspace.resolution`)"},
             "reference_settings": ground_truth_settings(cfg),
             "converged_coarser": {n: c for n, c in CONVERGED_COARSER.items() if n in cfg["scenes"]}}
+
+
+def far_edge(reference) -> np.ndarray | None:
+    """The twentieth of the vertices farthest from those the reference holds still (its pins
+    move under a millimetre), or None when it holds none."""
+    held = np.abs(reference - reference[0]).max(axis=(0, 2)) < 1e-3
+    if not held.any():
+        return None
+    distance = np.linalg.norm(reference[0] - reference[0][held].mean(0), axis=-1)
+    return np.argsort(distance)[-max(1, len(distance) // 20):]
+
+
+def cloth_measures(columns, setup, name) -> dict:
+    """What a viewer judges a sheet by, per run ({run: value}): how far its far edge falls in the
+    first four frames (m; pinned sheets), how many triangle pairs pass through each other per frame
+    (mean over frames), and for the drape the overhang's tilt from vertical in the last frame (degrees)."""
+    reference = columns["reference"]
+    far = far_edge(reference)
+    out = {"crossing_pairs": {k: float(np.mean([crossing_triangle_pairs(x, setup.faces) for x in xs[1:]]))
+                              for k, xs in columns.items()}}
+    if far is not None and len(reference) > 4:
+        out["far_edge_fall_4"] = {k: float(-(xs[4][far, 2] - xs[0][far, 2]).mean()) for k, xs in columns.items()}
+    if name == "drape":
+        out["overhang_tilt"] = {k: overhang_tilt(xs[-1], setup.rest, setup.faces, DRAPE_TABLE / 2)
+                                for k, xs in columns.items()}
+    return out
 
 
 def beam_jobs(cfg) -> dict:

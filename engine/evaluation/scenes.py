@@ -87,7 +87,10 @@ def box_collider(lo, hi, friction=0.5, thickness=0.01, name="table") -> dict:
     return {"name": name, "faces": faces, "vertices": corners, "friction": friction, "thickness": thickness}
 
 
-def drape_case(frames, size=1.0, cells=30, table=0.5):
+DRAPE_TABLE = 0.5     # m, the drape scene's table side (its cloth: 1 m)
+
+
+def drape_case(frames, size=1.0, cells=30, table=DRAPE_TABLE):
     """A square cloth dropped from 5 cm onto a smaller square table (a box Collision object) on the floor."""
     mesh = square_sheet(size, cells, height=table + 0.05)
     scene = _scene(frames, "cloth", floor={"z": 0.0})
