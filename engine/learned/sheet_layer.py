@@ -41,7 +41,8 @@ from .subspace import bending_matrix
 LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (10: the flag's far edge fell 31 of 53 mm)
 LAYER_MEMORY = 10              # curvature pairs kept
 # Above this many vertices "auto" at medium detail leaves the layer off: it costs about 85 ms a
-# frame per 1,000 vertices on one core (numpy), where the latent step alone takes 15 ms at 10,000.
+# frame per 1,000 vertices of one busy core (45 ms of its CPU time), where the latent step alone
+# takes about 15 ms at 10,000.
 SHEET_LAYER_MAX_VERTICES = 4000
 LAYER_CHOICES = ("auto", "on", "off")
 FLOOR_FRICTION_MU = 0.5        # Coulomb coefficient of the floor for a sheet
@@ -141,25 +142,26 @@ class SheetLayer:
         inertia_mass = self.mass[:, None] / h ** 2
         air_mass = self.air / h * self.mass[:, None]
         damp_edges = self.edge_hessians(x_n) * (self.beta / h)
+        beta_h = self.beta / h
+        pinned = np.nonzero(self.pin_k > 0)[0]
+        pin_k = self.pin_k[pinned][:, None]
         e0, e1 = self.edges[:, 0], self.edges[:, 1]
 
         def potential(x):
             d = x[e1] - x[e0]
             length = np.maximum(np.linalg.norm(d, axis=1), 1e-12)
             stretch = length - self.rest_length
-            dv = x - x_n
-            bend = self.Q @ (x - self.rest + (self.beta / h) * dv)
-            pull = x - target
-            dx = x - inertial
+            u, dv = x - self.rest, x - x_n
+            Qu, Qdv = self.Q @ u, self.Q @ dv
             ddv = dv[e1] - dv[e0]
             damped = np.einsum("eij,ej->ei", damp_edges, ddv)
-            energy = (0.5 * np.sum(inertia_mass * dx ** 2) + 0.5 * np.dot(self.k, stretch ** 2)
-                      + 0.5 * np.sum((x - self.rest) * (self.Q @ (x - self.rest)))
-                      + 0.5 * np.sum(self.pin_k[:, None] * pull ** 2) - np.sum(force * x)
-                      + 0.5 * np.sum(air_mass * dv ** 2) + 0.5 * np.sum(damped * ddv)
-                      + self.beta / (2 * h) * np.sum(dv * (self.Q @ dv)))
+            pull, dx = x[pinned] - target[pinned], x - inertial
+            energy = (0.5 * np.sum(inertia_mass * dx ** 2) + 0.5 * np.dot(self.k, stretch ** 2) + 0.5 * np.sum(u * Qu)
+                      + 0.5 * np.sum(pin_k * pull ** 2) - np.sum(force * x) + 0.5 * np.sum(air_mass * dv ** 2)
+                      + 0.5 * np.sum(damped * ddv) + 0.5 * beta_h * np.sum(dv * Qdv))
             edge_force = (self.k * stretch / length)[:, None] * d + damped
-            grad = inertia_mass * dx + bend + self.pin_k[:, None] * pull - force + air_mass * dv + self.D.T @ edge_force
+            grad = inertia_mass * dx + Qu + beta_h * Qdv - force + air_mass * dv + self.D.T @ edge_force
+            grad[pinned] += pin_k * pull
             e_contact, g_contact = self.contact(x)
             return energy + e_contact, grad + g_contact
         return potential
@@ -240,20 +242,11 @@ def lbfgs(potential, x, precondition, iterations, history, memory=LAYER_MEMORY):
     substeps before 40 iterations."""
     energy, grad = potential(x)
     for _ in range(iterations):
-        q = grad.copy()
-        alphas = []
-        for s, y, rho in reversed(history):
-            alpha = rho * np.sum(s * q)
-            q -= alpha * y
-            alphas.append(alpha)
-        r = precondition(q)
-        for (s, y, rho), alpha in zip(history, reversed(alphas)):
-            beta = rho * np.sum(y * r)
-            r += (alpha - beta) * s
-        step = -r
-        slope = float(np.sum(grad * step))
-        if slope >= 0:
-            step, slope = -precondition(grad), -float(np.sum(grad * precondition(grad)))
+        step = -_two_loop(grad, history, precondition)
+        slope = float(np.vdot(grad, step))
+        if slope >= 0:                      # not a descent direction: the preconditioned gradient is
+            step = -precondition(grad)
+            slope = float(np.vdot(grad, step))
         t = 1.0
         while True:
             trial = x + t * step
@@ -262,9 +255,23 @@ def lbfgs(potential, x, precondition, iterations, history, memory=LAYER_MEMORY):
                 break
             t *= 0.5
         s, y = trial - x, g_trial - grad
-        sy = float(np.sum(s * y))
+        sy = float(np.vdot(s, y))
         if sy > 1e-300:
             history.append((s, y, 1.0 / sy))
             del history[:-memory]
         x, energy, grad = trial, e_trial, g_trial
     return x
+
+
+def _two_loop(grad, history, precondition):
+    """L-BFGS's product of its inverse-Hessian estimate with the gradient."""
+    q = grad.copy()
+    alphas = []
+    for s, y, rho in reversed(history):
+        alpha = rho * np.vdot(s, q)
+        q -= alpha * y
+        alphas.append(alpha)
+    r = precondition(q)
+    for (s, y, rho), alpha in zip(history, reversed(alphas)):
+        r += (alpha - rho * np.vdot(y, r)) * s
+    return r
