@@ -42,12 +42,13 @@ def test_a_flag_hinges_at_its_pole_in_the_first_gust(engine):
 
 
 def test_a_cloth_dropped_on_a_table_hangs_over_its_edges(engine):
-    """A 0.6 m cloth dropped on a 0.3 m table: its overhang turns towards the vertical (measured
-    40 degrees from it after 18 frames, the latent step alone 47 after 24), and nothing passes into the table."""
+    """A 0.6 m cloth dropped on a 0.3 m table: after 18 frames its overhang is 31 degrees from the
+    vertical (the latent step alone: 48, a tent), its top rests flat on the table, and nothing
+    passes into the table."""
     mesh, scene = drape_case(18, size=0.6, cells=16, table=0.3)
     setup = setup_from_scene(mesh, scene)
     xs = engine.prepare(setup, sheet_layer="on").bake()
-    assert overhang_tilt(xs[-1], setup.rest, setup.faces, 0.15) < 42.0
+    assert overhang_tilt(xs[-1], setup.rest, setup.faces, 0.15) < 38.0
     inside_table = (np.abs(xs[-1][:, :2]).max(axis=1) < 0.14) & (xs[-1][:, 2] < 0.3)
     assert not inside_table.any()
     top = np.abs(np.asarray(setup.rest)[:, :2]).max(axis=1) < 0.1
