@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MATERIAL, material_omega2
+from ..core.physics import FLOOR_OMEGA2, PIN_OMEGA2, PIN_OVER_MATERIAL, material_omega2
 from ..core.scene import Setup, profile_value
 from . import interactions
 from .materials import DTYPE, determinant, lame
@@ -318,7 +318,6 @@ class LatentScene:
         self.contact_rest = _t(sub.rest[idx], self.device)              # [Kc,3]
         self.contact_mass = 1.0 / len(idx)                              # the samples carry the body
         self.floor_k = FLOOR_OMEGA2
-        self.friction = FLOOR_FRICTION
         self.floor = 0.0 if not self.has_floor else float((self.setup.floor_z - sub.norm.centre[2]) / self.scale)
         # the floor is felt at every vertex near it, each as stiff as the mass it carries, as the
         # reference feels it at its vertices. (A fixed set of 256 samples pressed a round body
