@@ -29,7 +29,8 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
 
-from ..core.geometry import Normalisation, farthest_point_sample, is_closed, lumped_vertex_areas, mesh_volume, triangle_areas
+from ..core.geometry import (Normalisation, farthest_point_sample, is_closed, lumped_vertex_areas, mesh_volume,
+                             pinned_surface, triangle_areas)
 from ..core.memo import MeshMemo
 from .cubature import CAP, ElementForces, fit_cubature, rest_stiffness, triangle_edges
 
@@ -109,6 +110,28 @@ class Lattice:
     cell_size: float
     inside_share: np.ndarray  # [C] fraction of each cell's volume inside the surface (mass)
     W: sp.csr_matrix          # [N,n]
+    lo: np.ndarray            # [3] the lattice's corner
+    lookup: np.ndarray        # [cx,cy,cz] cell index, -1 where no cell is
+
+    def weights_at(self, points) -> sp.csr_matrix:
+        """Trilinear weights [P,n] of points on the nodes of their cells (a row of zeros where
+        no cell is)."""
+        return trilinear(points, self.lo, self.cell_size, self.lookup, self.cell_nodes, len(self.nodes))
+
+
+def trilinear(points, lo, size, lookup, cell_nodes, n) -> sp.csr_matrix:
+    counts = np.array(lookup.shape)
+    idx = np.clip(np.floor((points - lo) / size).astype(int), 0, counts - 1)
+    t = np.clip((points - lo) / size - idx, 0.0, 1.0)   # a vertex on the lattice's boundary: no weight of -1e-16
+    cell = lookup[idx[:, 0], idx[:, 1], idx[:, 2]]
+    rows = np.repeat(np.arange(len(points)), 8)
+    vals = np.stack([np.where(c[0], t[:, 0], 1 - t[:, 0]) * np.where(c[1], t[:, 1], 1 - t[:, 1])
+                     * np.where(c[2], t[:, 2], 1 - t[:, 2]) for c in CORNERS], axis=1)
+    vals = np.where((vals > 1e-12) & (cell >= 0)[:, None], vals, 0.0).ravel()   # a node a vertex all but misses
+                                                                                # would take its share of mass
+    W = sp.csr_matrix((vals, (rows, cell_nodes[np.maximum(cell, 0)].ravel())), shape=(len(points), n))
+    W.eliminate_zeros()
+    return W
 
 
 def build_lattice(rest, faces, cells: int) -> Lattice:
@@ -139,16 +162,9 @@ def build_lattice(rest, faces, cells: int) -> Lattice:
     node_grid[inverse] = grid
     lookup = -np.ones(counts, dtype=int)
     lookup[cell_ids[:, 0], cell_ids[:, 1], cell_ids[:, 2]] = np.arange(len(cell_ids))
-    t = np.clip((rest - lo) / size - vidx, 0.0, 1.0)   # a vertex on the lattice's boundary: no weight of -1e-16
-    cell = lookup[vidx[:, 0], vidx[:, 1], vidx[:, 2]]
-    rows = np.repeat(np.arange(len(rest)), 8)
-    vals = np.stack([np.where(c[0], t[:, 0], 1 - t[:, 0]) * np.where(c[1], t[:, 1], 1 - t[:, 1])
-                     * np.where(c[2], t[:, 2], 1 - t[:, 2]) for c in CORNERS], axis=1).ravel()
-    vals = np.where(vals > 1e-12, vals, 0.0)   # a node a vertex all but misses would take its share of mass (`vertex_mass`)
-    W = sp.csr_matrix((vals, (rows, cell_nodes[cell].ravel())), shape=(len(rest), len(uniq)))
-    W.eliminate_zeros()
+    W = trilinear(rest, lo, size, lookup, cell_nodes, len(uniq))
     share = np.maximum(share[occupied], 1.0 / 9.0)   # a cell the surface passes through holds some mass
-    return Lattice(lo + node_grid * size, cell_nodes, size, share, W)
+    return Lattice(lo + node_grid * size, cell_nodes, size, share, W, lo, lookup)
 
 
 def inside_share_grid(rest, faces, lo, size, counts, offset) -> np.ndarray:
@@ -509,6 +525,16 @@ def held_nodes(W, held) -> np.ndarray | None:
     return np.clip(np.asarray(W.T @ held).ravel() / np.maximum(carried, 1e-12), 0.0, 1.0) * (carried > 0)
 
 
+def held_points(lat: Lattice, x, faces, held):
+    """(W [P,n], held [P]) of the vertices and of points on the pinned faces between them
+    (`core.geometry.pinned_surface`, half a cell apart): the lattice under a pinned face is held
+    whole, not only the cells around its vertices."""
+    points, weight = pinned_surface(x, faces, held, 0.5 * lat.cell_size)
+    if not len(points):
+        return lat.W, held
+    return sp.vstack([lat.W, lat.weights_at(points)]).tocsr(), np.concatenate([held, weight])
+
+
 def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, samples: int,
                    contact_samples: int, weight_field=None, full_integration=False, held=None) -> Subspace:
     """Everything one mesh needs, once: nodes, masses, smooth handle weights, the mass-orthonormal
@@ -536,7 +562,7 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
         node_mass = np.where(node_mass > 0, node_mass, max(node_mass.max(), 1e-12) * 1e-3)
         L = mesh_laplacian(faces, len(x))
     node_mass = node_mass / node_mass.sum()
-    node_held = None if held is None else held_nodes(W, held)
+    node_held = None if held is None else held_nodes(*held_points(lat, x, faces, held) if solid else (W, held))
     functions, spectrum = smooth_functions(L, node_mass, max(2 * handles, 2 * getattr(weight_field, "handles", 0)),
                                            node_held, nodes)
     weights = handle_weights(functions, spectrum, handles, weight_field)
