@@ -148,6 +148,8 @@ def cmd_simulate(args):
     from .core.progress import ProgressBar
     for warning in setup.meta.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
+    for note in setup.meta.get("notes", []):
+        print(f"note: {note}", file=sys.stderr)
     if args.lattice_cells is not None and args.lattice_cells < 1:
         raise NeurokError(f"--lattice-cells must be 1 or more, got {args.lattice_cells}")
     engine = open_engine(args.engine, args.model, args.device, lattice_cells=args.lattice_cells)

@@ -178,6 +178,7 @@ class NeurokBake(bpy.types.PropertyGroup):
     ood_score: FloatProperty(name="OOD Score", default=-1.0)
     ood_level: StringProperty(name="OOD Level")
     ood_message: StringProperty(name="OOD Message")
+    note: StringProperty(name="Note", description="What the engine noted about the setup (e.g. a solid held at a point)")
 
 
 class NeurokFieldWeights(bpy.types.PropertyGroup):

@@ -209,6 +209,23 @@ def _child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         assert state(cube) == before
         cube.neurok.pin_group = ""
 
+    # ------------------------------------------------------------------ a solid held by one vertex: a note, and it bakes
+    with check("note_held_by_one_vertex"):
+        bpy.ops.mesh.primitive_cube_add(size=0.2, location=(3, 3, 1))
+        point = bpy.context.active_object
+        point.name = "Point"
+        group = point.vertex_groups.new(name="Point")
+        group.add([0], 1.0, 'REPLACE')
+        point.neurok.pin_group = "Point"
+        select_only(point)
+        inputs = gather.gather(bpy.context, point)
+        assert [w for w in inputs.warnings if "held by 1 pinned vertex only" in w], inputs.warnings
+        assert bpy.ops.neurok.bake_cache() == {'FINISHED'}
+        assert "set by the mesh, not the material" in point.neurok.bake.note, point.neurok.bake.note
+        bpy.ops.neurok.free_bake()
+        assert point.neurok.bake.note == ""
+        bpy.data.objects.remove(point)
+
     # ------------------------------------------------------------------ bake cache on the cube
     select_only(cube)
     pc2_first = None
@@ -965,7 +982,8 @@ if __name__ != "__main__":
     def test_cancel(results, name):
         _assert(results, name)
 
-    @pytest.mark.parametrize("name", ["pin_target_moves_pins", "force_fields", "keyframed_force", "bake_cloth_with_fields"])
+    @pytest.mark.parametrize("name", ["pin_target_moves_pins", "force_fields", "keyframed_force", "bake_cloth_with_fields",
+                                      "note_held_by_one_vertex"])
     def test_setup_from_blender(results, name):
         _assert(results, name)
 

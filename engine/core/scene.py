@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checks import check_mesh
+from .checks import check_mesh, support_notes
 from .colliders import Collider, collider_from_dict
 from .errors import FormatError, NeurokError
 from .fields import total_accel, vertex_normals
@@ -389,7 +389,7 @@ def setup_from_arrays(mesh: Mesh, *, frames: int, dt: float, gravity, material: 
     for name, table in (("pin_targets", pin_targets), ("accel_table", accel_table)):
         if table is not None:
             _check_shape(where, name, table, (frames, n, 3))
-    return Setup(rest=rest, faces=np.asarray(mesh.faces), x0=rest.copy(),
+    return with_notes(Setup(rest=rest, faces=np.asarray(mesh.faces), x0=rest.copy(),
                  v0=np.tile(np.asarray(_vec3(f"{where}: initial velocity", list(velocity))), (n, 1)),
                  dt=_number(f"{where}: 'dt'", dt, positive=True), frames=frames,
                  gravity=np.asarray(_vec3(f"{where}: 'gravity'", list(gravity))),
@@ -398,7 +398,14 @@ def setup_from_arrays(mesh: Mesh, *, frames: int, dt: float, gravity, material: 
                  floor_z=None if floor_z is None else _number(f"{where}: floor z", floor_z),
                  floor_friction=_number(f"{where}: floor friction", floor_friction, non_negative=True),
                  meta=dict(meta or {}, warnings=warnings), colliders=list(colliders), effectors=list(effectors),
-                 detail=check_detail(detail, where))
+                 detail=check_detail(detail, where)))
+
+
+def with_notes(setup: Setup) -> Setup:
+    """The setup with `meta["notes"]`: what the user should know about it though it runs
+    (`checks.support_notes`); the command line prints them and the add-on shows them."""
+    setup.meta["notes"] = support_notes(setup)
+    return setup
 
 
 def check_detail(detail, where: str) -> str:
@@ -416,7 +423,7 @@ def setup_from_sequence(seq: Sequence) -> Setup:
     """The setup recorded in a sequence: same start, forces, pins, material and frame count."""
     n = seq.num_vertices
     material = resolve_material({k: v for k, v in seq.material.items() if k in MATERIAL_KEYS})
-    return Setup(rest=seq.rest.astype(np.float64), faces=np.asarray(seq.faces),
+    return with_notes(Setup(rest=seq.rest.astype(np.float64), faces=np.asarray(seq.faces),
                  x0=seq.positions[0].astype(np.float64),
                  v0=np.zeros((n, 3)) if seq.velocity0 is None else seq.velocity0.astype(np.float64),
                  dt=seq.dt, frames=seq.frames, gravity=seq.gravity.astype(np.float64), material=material,
@@ -425,7 +432,7 @@ def setup_from_sequence(seq: Sequence) -> Setup:
                  accel_table=None if seq.external_accel is None else seq.external_accel.astype(np.float64),
                  floor_z=seq.floor_z, floor_friction=FLOOR_FRICTION if seq.floor_friction is None else seq.floor_friction,
                  vertex_mass=None if seq.vertex_mass is None else seq.vertex_mass.astype(np.float64),
-                 meta=dict(seq.meta))
+                 meta=dict(seq.meta)))
 
 
 # --------------------------------------------------------------------------- scene files

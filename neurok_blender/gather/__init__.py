@@ -79,6 +79,7 @@ def gather(context, obj, check_engine: bool = True) -> Inputs:
             meta={"source": "blender", "object": obj.name, "frame_start": start}, where=f"'{obj.name}'")
     except NeurokError as e:
         raise UserError(str(e).rstrip(".") + ".") from None
+    warnings += [f"'{obj.name}': {note}." for note in setup.meta.get("notes", [])]
     return Inputs(obj_name=obj.name, setup=setup, mesh=mesh, material=material,
                   pin_strength=float(settings.pin_strength), matrix=body.matrix, inverse=body.inverse,
                   frame_start=start, frames=frames, vertex_count=len(body.rest), topology=topology_hash(obj.data),
