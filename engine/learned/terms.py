@@ -238,6 +238,8 @@ def slip_contacts(scene: LatentScene, frame: int, q_n, contact_prev, node_height
 def slip_at(ctx: StepContext, q) -> SlipContacts | None:
     """The friction contacts of the trial state q (a lagged update, `integrators.minimize_with_friction`)."""
     s = ctx.scene
+    if not (s.has_floor or getattr(s, "latent_colliders", None)):
+        return None
     q = q.detach()
     heights = s.node_heights(q) if s.has_floor else None
     return slip_contacts(s, ctx.frame, q, s.contact_rest + torch.einsum("kid,d->ki", s.contact_V, q), heights, ctx.h)
