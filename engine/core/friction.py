@@ -21,7 +21,7 @@ import numpy as np
 
 from .colliders import point_motion, shell_contacts
 
-FRICTION_SLIP_SPEED = 5.0e-4   # m/s: slower slides are static friction (a body held on a slope creeps below this)
+FRICTION_SLIP_SPEED = 1.0e-3   # m/s: slower slides are static friction (a body held on a slope creeps below this)
 
 
 def smoothed_slide(y, eps):

@@ -87,7 +87,8 @@ class LatentScene:
     def _elastic_samples(self):
         sub = self.sub
         if self.kind == "solid":
-            self._set_samples(*solid_local_map(sub.node_basis, sub.cell_nodes, sub.cell_size), sub.cell_volume)
+            self._set_samples(*solid_local_map(sub.node_basis, sub.cell_nodes, sub.cell_size,
+                                               getattr(sub, "cell_points", None)), sub.cell_volume)
             self.bending = None
             return
         G, offset, lengths = cloth_local_map(sub.node_basis, sub.nodes, sub.triangles)
