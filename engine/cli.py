@@ -170,6 +170,8 @@ def cmd_simulate(args):
     from .core.progress import ProgressBar
     for warning in setup.meta.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
+    for note in setup.meta.get("notes", []):
+        print(f"note: {note}", file=sys.stderr)
     if args.lattice_cells is not None and args.lattice_cells < 1:
         raise NeurokError(f"--lattice-cells must be 1 or more, got {args.lattice_cells}")
     if args.sheet_layer != "auto" and args.engine != "neurok":

@@ -178,6 +178,7 @@ class NeurokBake(bpy.types.PropertyGroup):
     ood_score: FloatProperty(name="OOD Score", default=-1.0)
     ood_level: StringProperty(name="OOD Level")
     ood_message: StringProperty(name="OOD Message")
+    note: StringProperty(name="Note", description="What the engine noted about the setup (e.g. a solid held at a point)")
 
 
 class NeurokFieldWeights(bpy.types.PropertyGroup):
@@ -310,6 +311,9 @@ class NeurokSceneSettings(bpy.types.PropertyGroup):
                                description="Checkpoint of the learned engine; empty uses the bundled model")
     use_floor: BoolProperty(name="Floor", default=False, description="A ground plane objects cannot fall through")
     floor_height: FloatProperty(name="Height", default=0.0, unit='LENGTH', description="Floor height (world Z)")
+    floor_friction: FloatProperty(name="Friction", default=_scene.FLOOR_FRICTION, min=0.0, soft_max=1.5,
+                                  description="The floor's Coulomb friction coefficient: a body sliding on it slows "
+                                              "by this times g; it stays on slopes up to this steepness")
     use_scene_range: BoolProperty(name="Scene Frame Range", default=True,
                                   description="Simulate the scene's frame range; off: use the range below")
     frame_start: IntProperty(name="Start", default=1, min=0)

@@ -21,6 +21,7 @@ def record_bake(obj, kind: str, inputs: Inputs, seconds: float, ood: dict | None
     b.topology = inputs.topology
     b.engine = inputs.engine
     b.seconds = seconds
+    b.note = "; ".join(inputs.setup.meta.get("notes", []))
     record_ood(obj, ood)
 
 
@@ -41,6 +42,7 @@ def clear_record(obj) -> None:
     b.vertex_count = 0
     b.topology = ""
     b.engine = ""
+    b.note = ""
 
 
 def bake_problem(obj) -> str | None:

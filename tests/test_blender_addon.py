@@ -146,6 +146,23 @@ def child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         assert state(cube) == before
         cube.neurok.pin_group = ""
 
+    # ------------------------------------------------------------------ a solid held by one vertex: a note, and it bakes
+    with check("note_held_by_one_vertex"):
+        bpy.ops.mesh.primitive_cube_add(size=0.2, location=(3, 3, 1))
+        point = bpy.context.active_object
+        point.name = "Point"
+        group = point.vertex_groups.new(name="Point")
+        group.add([0], 1.0, 'REPLACE')
+        point.neurok.pin_group = "Point"
+        select_only(point)
+        inputs = gather.gather(bpy.context, point)
+        assert [w for w in inputs.warnings if "held by 1 pinned vertex only" in w], inputs.warnings
+        assert bpy.ops.neurok.bake_cache() == {'FINISHED'}
+        assert "set by the mesh, not the material" in point.neurok.bake.note, point.neurok.bake.note
+        bpy.ops.neurok.free_bake()
+        assert point.neurok.bake.note == ""
+        bpy.data.objects.remove(point)
+
     # ------------------------------------------------------------------ bake cache on the cube
     select_only(cube)
     pc2_first = None
@@ -805,7 +822,8 @@ CHECKS = {
     "user_data_survives": ["user_data_kept_after_bake", "rebake_replaces_own", "free_keeps_user_data",
                            "cache_replaces_own_shape_keys"],
     "cancel": ["cancel_fresh_leaves_nothing", "cancel_rebake_keeps_old_bake", "cancel_mid_frame_reference"],
-    "setup_from_blender": ["pin_target_moves_pins", "force_fields", "keyframed_force", "bake_cloth_with_fields"],
+    "setup_from_blender": ["pin_target_moves_pins", "force_fields", "keyframed_force", "bake_cloth_with_fields",
+                           "note_held_by_one_vertex"],
     "preview_and_export": ["preview_sync", "export_scene", "threaded_job", "preview_restarts_on_change",
                            "modal_preview_live", "modal_bake_and_esc", "panels_draw"],
     "save_and_reload": ["save_moves_cache", "reload_enable", "reload_drops_preview", "reload_plays_bake",

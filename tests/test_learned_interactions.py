@@ -3,7 +3,7 @@
 - a soft body dropped onto a static collider box (a mesh, not the floor plane) rests on it, and
   falls through where there is no collider;
 - an animated collider pushes a body aside and stays behind it;
-- the collider term's gradient is the derivative of its energy;
+- the collider term's and its Coulomb friction's gradients are the derivatives of their energies;
 - wind is evaluated on the deformed surface every step: a sheet turned edge-on to the wind feels
   (almost) nothing although its rest surface faced the wind; face-on it is blown away;
 - a body carried through a Force field's falloff feels nothing outside it and is pushed inside.
@@ -20,7 +20,7 @@ from engine.core.formats import Mesh
 from engine.core.scene import setup_from_scene
 from engine.learned.checkpoint import default_model_path
 from engine.learned.latent_scene import LatentScene
-from engine.learned.terms import StepContext, collider_contact
+from engine.learned.terms import StepContext, collider_contact, friction
 from engine.training.shapes import make_shape
 
 from test_colliders_fields import box, grid_sheet, with_fields
@@ -92,12 +92,17 @@ def test_collider_gradient_matches_energy(engine):
         q_n = 1e-3 * torch.randn(s.dims, generator=g, dtype=torch.float64)
         ctx = StepContext.build(s, 0, q_n, torch.zeros_like(q_n), 1.0 / 48)
         q = q_n + 1e-3 * torch.randn(s.dims, generator=g, dtype=torch.float64)
-        t = collider_contact(q, ctx)
+        assert ctx.slip is not None                                     # friction contacts found at q_n
+
+        def terms(y):
+            return collider_contact(y, ctx) + friction(y, ctx)
+
+        t = terms(q)
         assert float(t.energy) > 0
         for i in range(6):
             e = torch.zeros_like(q)
             e[i] = 1e-7
-            num = (collider_contact(q + e, ctx).energy - collider_contact(q - e, ctx).energy) / 2e-7
+            num = (terms(q + e).energy - terms(q - e).energy) / 2e-7
             assert float(num) == pytest.approx(float(t.grad[i]), rel=1e-4, abs=1e-6 * float(t.grad.abs().max()))
         assert torch.linalg.eigvalsh(t.hess).min() > -1e-9 * float(t.hess.abs().max())
 

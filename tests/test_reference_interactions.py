@@ -3,7 +3,7 @@
 - a soft ball dropped onto a static collider box (a mesh, no floor plane) rests on its thickness
   shell, and falls through where there is no collider;
 - an animated collider pushes a body aside and never enters it;
-- the collider term's gradient is the derivative of its energy (friction included);
+- the collider term's and its Coulomb friction's gradients are the derivatives of their energies;
 - wind is evaluated on the deformed surface every substep: a cloth sheet turned edge-on to the wind
   feels (almost) nothing although its rest surface faced the wind; face-on it is blown away;
 - both engines agree on the first case: the learned engine (bundled checkpoint) rests the same
@@ -11,6 +11,8 @@
 
 Real simulator, small meshes, few frames, no mocks.
 """
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,7 @@ from engine.core.colliders import Collider
 from engine.core.fields import Effector
 from engine.core.formats import Mesh
 from engine.core.scene import setup_from_scene
-from engine.reference.interactions import collider_terms
+from engine.reference.interactions import collider_terms, friction_contacts, friction_terms
 from engine.reference.simulator import ReferenceSimulator
 from engine.training.shapes import _geodesic_sphere
 
@@ -98,14 +100,22 @@ def test_collider_gradient_matches_energy():
     x_prev = x + rng.normal(0, 0.01, x.shape)
     mass = rng.uniform(0.5, 2.0, len(x))
     h, t1, t0 = 1 / 96, 0.75, 0.5
-    e, g, H = collider_terms([col], x, x_prev, mass, h, t1, t0)
+    setup = SimpleNamespace(floor_z=None, floor_friction=0.0, colliders=[col])
+    slip = friction_contacts(setup, x_prev, mass, t0, t0, t1)             # lagged: found at the step's start
+    assert slip is not None and len(slip.index) > 0
+
+    def terms(y, need_hess=True):
+        e1, g1, H1 = collider_terms([col], y, mass, t1, need_hess)
+        e2, g2, H2 = friction_terms(slip, y, x_prev, h, need_hess)
+        return e1 + e2, g1 + g2, (H1 + H2 if need_hess else None)
+
+    e, g, H = terms(x)
     assert e > 0
     num = np.zeros(x.size)
     for i in range(x.size):
         d = np.zeros(x.size)
         d[i] = 1e-7
-        num[i] = (collider_terms([col], x + d.reshape(-1, 3), x_prev, mass, h, t1, t0, False)[0]
-                  - collider_terms([col], x - d.reshape(-1, 3), x_prev, mass, h, t1, t0, False)[0]) / 2e-7
+        num[i] = (terms(x + d.reshape(-1, 3), False)[0] - terms(x - d.reshape(-1, 3), False)[0]) / 2e-7
     assert np.allclose(num, g, rtol=1e-4, atol=1e-6 * np.abs(g).max())
     assert np.linalg.eigvalsh(H.toarray()).min() > -1e-9 * np.abs(H).max()
 

@@ -97,8 +97,8 @@ def test_a_pinned_beam_sags_and_rings_as_the_reference_says(engine):
 def test_friction_slows_a_thrown_ball_as_fast_whatever_the_step():
     """A jelly ball thrown along the floor at 2 m/s rolls as far in 2 s with the default scheme
     (a solid steps once per 1/24 s frame) as with backward Euler at the reference's 1/48 s:
-    friction is a share of the slide resisted per step, rescaled to the step (2.356 against
-    2.335 m; with the share unscaled it rolled 2.504 m)."""
+    friction is Coulomb's law, a force, whatever the step (1.863 against 1.893 m; with friction
+    a share of the slide resisted per step, unscaled, 2.504 against 2.335 m)."""
     from engine.learned.checkpoint import default_model_path
     from engine.learned.runtime import NeurokEngine
     ball = uv_sphere(0.25)

@@ -28,7 +28,7 @@ from .colliders import Collider
 from .errors import NeurokError, SimulationFault
 
 CONTACT_THICKNESS = 0.01    # m, the shell each simulated object keeps around the others
-CONTACT_FRICTION = 0.3      # read as the floor's friction is (engine/core/physics.py)
+CONTACT_FRICTION = 0.3      # Coulomb coefficient between simulated objects (engine/core/friction.py)
 
 
 def link(setups, names=None, thickness=CONTACT_THICKNESS, friction=CONTACT_FRICTION) -> list[list[Collider]]:

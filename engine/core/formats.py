@@ -285,6 +285,7 @@ class Sequence:
     pin_target: np.ndarray | None = None
     vertex_mass: np.ndarray | None = None
     floor_z: float | None = None
+    floor_friction: float | None = None    # the floor's Coulomb coefficient (None: the default)
     meta: dict = field(default_factory=dict)
 
     @property
@@ -389,6 +390,14 @@ def sequence_from_arrays(raw: dict, where: str = "sequence") -> Sequence:
         if math.isinf(fz):
             raise FormatError(f"{where}: 'floor_z' must be finite (NaN: no floor), got {fz}")
         seq.floor_z = None if math.isnan(fz) else fz
+    if "floor_friction" in raw:
+        try:
+            mu = float(np.asarray(raw["floor_friction"]).reshape(()))
+        except (ValueError, TypeError, OverflowError):
+            raise FormatError(f"{where}: 'floor_friction' must be one number") from None
+        if not (math.isfinite(mu) and mu >= 0.0):
+            raise FormatError(f"{where}: 'floor_friction' must be a finite number >= 0, got {mu}")
+        seq.floor_friction = mu
     if "meta" in raw:
         seq.meta = _json_field(where, "meta", raw["meta"])
     return seq
@@ -406,6 +415,8 @@ def write_sequence(path, seq: Sequence) -> None:
         "meta": np.array(json.dumps(seq.meta)),
         "floor_z": np.array(np.nan if seq.floor_z is None else float(seq.floor_z)),
     }
+    if seq.floor_friction is not None:
+        arrays["floor_friction"] = np.array(float(seq.floor_friction))
     for key in ("external_accel", "velocity0", "pin_weight", "pin_target", "vertex_mass"):
         value = getattr(seq, key)
         if value is not None:

@@ -126,3 +126,45 @@ def farthest_point_sample(x, k, seed=0):
     # map pool points back to the nearest original vertex indices
     from scipy.spatial import cKDTree
     return cKDTree(x).query(pool[chosen])[1]
+
+
+def sample_triangles(x, faces, spacing):
+    """The points x and points on every triangle, no further apart than about `spacing`."""
+    points, _ = triangle_samples(x, faces, spacing)
+    return np.concatenate([x, points])
+
+
+def triangle_samples(x, faces, spacing):
+    """(points [P,3], the triangle each lies on [P]): a barycentric grid on every triangle, no
+    further apart than about `spacing` (corners included)."""
+    pts, owner = [np.zeros((0, 3))], [np.zeros(0, dtype=np.int64)]
+    lengths = np.linalg.norm(x[faces[:, [1, 2, 0]]] - x[faces], axis=2).max(axis=1)
+    steps = np.ceil(lengths / spacing).astype(int)
+    for k in np.unique(steps):
+        if k < 1:
+            continue
+        which = np.nonzero(steps == k)[0]
+        sel = faces[which]
+        i, j = np.meshgrid(np.arange(k + 1), np.arange(k + 1), indexing="ij")
+        keep = (i + j) <= k
+        u, v = i[keep] / k, j[keep] / k
+        w = 1.0 - u - v
+        p = (w[None, :, None] * x[sel[:, 0]][:, None] + u[None, :, None] * x[sel[:, 1]][:, None]
+             + v[None, :, None] * x[sel[:, 2]][:, None])
+        pts.append(p.reshape(-1, 3))
+        owner.append(np.repeat(which, len(u)))
+    return np.concatenate(pts), np.concatenate(owner)
+
+
+def pinned_surface(x, faces, pin_weight, spacing):
+    """(points [P,3], pin weights [P]) on the surface the pins cover: points about `spacing`
+    apart on every triangle whose three vertices are pinned (weight: the least of the three).
+    A pinned face is held whole, not at its corners: Blender's 8-vertex box held by the 4
+    corners of its top face hung as from 4 points (issue 43)."""
+    pin_weight = np.asarray(pin_weight, dtype=np.float64)
+    faces = np.asarray(faces, dtype=np.int64).reshape(-1, 3)
+    covered = faces[np.all(pin_weight[faces] > 0, axis=1)] if len(faces) else faces
+    if not len(covered):
+        return np.zeros((0, 3)), np.zeros(0)
+    points, owner = triangle_samples(np.asarray(x, dtype=np.float64), covered, spacing)
+    return points, pin_weight[covered].min(axis=1)[owner]

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .checks import check_mesh
+from .checks import check_mesh, support_notes
 from .colliders import Collider, collider_from_dict
 from .errors import FormatError, NeurokError
 from .fields import total_accel, vertex_normals
 from .formats import SCENE_FORMAT, Mesh, Sequence, atomic_write_text, brief
+from .physics import FLOOR_FRICTION
 from .setup import DETAILS, Setup, profile_value  # noqa: F401  (profile_value: re-exported for the engines)
 
 # Materials. Solids: stiffness = Young's modulus (Pa), density kg/m^3, poisson = Poisson ratio.
@@ -144,11 +145,13 @@ def _vec3(where, value):
     return [float(x) for x in value]
 
 
-def _number(where, value, positive=False):
+def _number(where, value, positive=False, non_negative=False):
     if not _finite(value):
         raise FormatError(f"{where}: expected a number, got {brief(value)}")
     if positive and value <= 0:
         raise FormatError(f"{where}: must be positive, got {value}")
+    if non_negative and value < 0:
+        raise FormatError(f"{where}: must not be negative, got {value}")
     return float(value)
 
 
@@ -244,8 +247,9 @@ def validate_scene(scene, where: str = "scene") -> dict:
     floor = out.get("floor")
     if floor is not None:
         if not isinstance(floor, dict) or "z" not in floor:
-            raise FormatError(f"{where}: 'floor' must be null or {{'z': height}}")
+            raise FormatError(f"{where}: 'floor' must be null or {{'z': height, 'friction': mu}}")
         floor["z"] = _number(f"{where}: floor.z", floor["z"])
+        floor["friction"] = _number(f"{where}: floor.friction", floor.get("friction", FLOOR_FRICTION), non_negative=True)
     colliders = out.setdefault("colliders", [])
     if not isinstance(colliders, list):
         raise FormatError(f"{where}: 'colliders' must be a list")
@@ -360,7 +364,8 @@ def setup_from_scene(mesh: Mesh, scene: dict, vertex_groups: dict | None = None,
     floor = scene.get("floor")
     return setup_from_arrays(mesh, frames=frames, dt=scene["dt"], gravity=scene["gravity"], material=scene["material"],
                              pin_weight=pin_weight, pin_targets=pin_targets, force_terms=force_terms,
-                             floor_z=None if floor is None else floor["z"], velocity=scene["initial"]["velocity"],
+                             floor_z=None if floor is None else floor["z"],
+                             floor_friction=FLOOR_FRICTION if floor is None else floor["friction"], velocity=scene["initial"]["velocity"],
                              colliders=[collider_from_dict(c) for c in scene["colliders"]],
                              meta={"scene": scene.get("meta", {})}, mesh_warnings=warnings, where=where,
                              detail=scene["detail"])
@@ -368,6 +373,7 @@ def setup_from_scene(mesh: Mesh, scene: dict, vertex_groups: dict | None = None,
 
 def setup_from_arrays(mesh: Mesh, *, frames: int, dt: float, gravity, material: dict, pin_weight=None,
                       pin_targets=None, force_terms=(), accel_table=None, floor_z: float | None = None,
+                      floor_friction: float = FLOOR_FRICTION,
                       velocity=(0.0, 0.0, 0.0), colliders=(), effectors=(), detail: str = "medium",
                       meta: dict | None = None, mesh_warnings: list | None = None, where: str = "setup") -> Setup:
     """A Setup from per-vertex arrays (world space, metres and seconds); the material is filled from
@@ -383,15 +389,23 @@ def setup_from_arrays(mesh: Mesh, *, frames: int, dt: float, gravity, material: 
     for name, table in (("pin_targets", pin_targets), ("accel_table", accel_table)):
         if table is not None:
             _check_shape(where, name, table, (frames, n, 3))
-    return Setup(rest=rest, faces=np.asarray(mesh.faces), x0=rest.copy(),
+    return with_notes(Setup(rest=rest, faces=np.asarray(mesh.faces), x0=rest.copy(),
                  v0=np.tile(np.asarray(_vec3(f"{where}: initial velocity", list(velocity))), (n, 1)),
                  dt=_number(f"{where}: 'dt'", dt, positive=True), frames=frames,
                  gravity=np.asarray(_vec3(f"{where}: 'gravity'", list(gravity))),
                  material=resolve_material(material, f"{where}: material"), pin_weight=pin_weight,
                  pin_targets=pin_targets, accel_table=accel_table, force_terms=list(force_terms),
                  floor_z=None if floor_z is None else _number(f"{where}: floor z", floor_z),
+                 floor_friction=_number(f"{where}: floor friction", floor_friction, non_negative=True),
                  meta=dict(meta or {}, warnings=warnings), colliders=list(colliders), effectors=list(effectors),
-                 detail=check_detail(detail, where))
+                 detail=check_detail(detail, where)))
+
+
+def with_notes(setup: Setup) -> Setup:
+    """The setup with `meta["notes"]`: what the user should know about it though it runs
+    (`checks.support_notes`); the command line prints them and the add-on shows them."""
+    setup.meta["notes"] = support_notes(setup)
+    return setup
 
 
 def check_detail(detail, where: str) -> str:
@@ -409,16 +423,16 @@ def setup_from_sequence(seq: Sequence) -> Setup:
     """The setup recorded in a sequence: same start, forces, pins, material and frame count."""
     n = seq.num_vertices
     material = resolve_material({k: v for k, v in seq.material.items() if k in MATERIAL_KEYS})
-    return Setup(rest=seq.rest.astype(np.float64), faces=np.asarray(seq.faces),
+    return with_notes(Setup(rest=seq.rest.astype(np.float64), faces=np.asarray(seq.faces),
                  x0=seq.positions[0].astype(np.float64),
                  v0=np.zeros((n, 3)) if seq.velocity0 is None else seq.velocity0.astype(np.float64),
                  dt=seq.dt, frames=seq.frames, gravity=seq.gravity.astype(np.float64), material=material,
                  pin_weight=np.zeros(n) if seq.pin_weight is None else seq.pin_weight.astype(np.float64),
                  pin_targets=None if seq.pin_target is None else seq.pin_target.astype(np.float64),
                  accel_table=None if seq.external_accel is None else seq.external_accel.astype(np.float64),
-                 floor_z=seq.floor_z,
+                 floor_z=seq.floor_z, floor_friction=FLOOR_FRICTION if seq.floor_friction is None else seq.floor_friction,
                  vertex_mass=None if seq.vertex_mass is None else seq.vertex_mass.astype(np.float64),
-                 meta=dict(seq.meta))
+                 meta=dict(seq.meta)))
 
 
 # --------------------------------------------------------------------------- scene files
@@ -456,7 +470,8 @@ def scene_from_setup(setup: Setup, material: dict | None = None, pin_strength: f
     scene = {"format": SCENE_FORMAT, "frames": setup.frames, "dt": setup.dt,
              "gravity": [float(g) for g in setup.gravity], "material": dict(material or setup.material),
              "pins": _export_pins(setup, pin_strength), "forces": _export_forces(setup),
-             "floor": None if setup.floor_z is None else {"z": float(setup.floor_z)},
+             "floor": None if setup.floor_z is None else {"z": float(setup.floor_z),
+                                                          "friction": float(setup.floor_friction)},
              "colliders": [_export_collider(c) for c in setup.colliders],
              "initial": {"velocity": [float(x) for x in setup.v0[0]] if len(setup.v0) else [0.0, 0.0, 0.0]},
              "detail": setup.detail}

@@ -15,6 +15,7 @@ from .colliders import Collider
 from .errors import FormatError
 from .fields import Effector
 from .formats import Sequence
+from .physics import FLOOR_FRICTION
 
 
 def profile_value(profile: dict, frame: float, dt: float) -> float:
@@ -60,6 +61,7 @@ class Setup:
     accel_table: np.ndarray | None = None  # [T,N,3] explicit per-frame accelerations
     force_terms: list = field(default_factory=list)  # (weights [N], accel [3], profile)
     floor_z: float | None = None
+    floor_friction: float = FLOOR_FRICTION  # the floor's Coulomb coefficient
     vertex_mass: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
     colliders: list[Collider] = field(default_factory=list)  # collision meshes (engine.core.colliders)
@@ -101,6 +103,7 @@ class Setup:
                        gravity=np.asarray(self.gravity, np.float32), material=dict(self.material),
                        external_accel=self.accel_frames()[:len(positions)], velocity0=self.v0.astype(np.float32),
                        pin_weight=self.pin_weight.astype(np.float32), floor_z=self.floor_z,
+                       floor_friction=None if self.floor_z is None else self.floor_friction,
                        meta=dict(self.meta, **(meta or {})))
         if self.pin_weight.any():
             seq.pin_target = self.pin_target_frames()[:len(positions)]  # a stopped run keeps fewer frames

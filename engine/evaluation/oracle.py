@@ -36,7 +36,8 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from ..core.errors import SimulationFault
-from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2, pin_stiffness
+from ..core.friction import coulomb_terms, floor_contacts
+from ..core.physics import FLOOR_OMEGA2, pin_stiffness
 from ..core.run import Engine, Run
 from ..core.setup import Setup
 from ..learned.subspace import held_nodes, held_pins, smooth_functions
@@ -198,6 +199,7 @@ class ReducedOracle:
         return self.Bx.T @ f_v + self.B.T @ f_d
 
     def _floor(self, x, x_prev, need_hess, basis=None, mass=None):
+        """Floor penalty and Coulomb friction (the reference's laws) at points x, pulled back to q."""
         z = self.setup.floor_z
         r = self.dofs
         if z is None:
@@ -205,24 +207,28 @@ class ReducedOracle:
         basis = self.Bx if basis is None else basis
         mass = self.vertex_mass if mass is None else mass
         pen = np.minimum(x[:, 2] - z, 0.0)
-        contact = pen < 0
-        if not contact.any():
-            return 0.0, np.zeros(r), (np.zeros((r, r)) if need_hess else None)
         k = mass * FLOOR_OMEGA2
-        kf = mass * FLOOR_FRICTION / self.h ** 2
-        slide = (x - x_prev)[:, :2]
-        e = 0.5 * float(np.sum(k * pen ** 2)) + 0.5 * float(np.sum((kf * contact)[:, None] * slide ** 2))
         g = np.zeros_like(x)
         g[:, 2] = k * pen
-        g[:, :2] = (kf * contact)[:, None] * slide
-        idx = np.nonzero(contact)[0]
+        blocks = np.zeros((len(x), 3, 3))
+        blocks[:, 2, 2] = k * (pen < 0)
+        e = 0.5 * float(np.sum(k * pen ** 2))
+        slip = floor_contacts(z, self.setup.floor_friction, x_prev, k)
+        if slip is not None and len(slip.index):
+            e_f, g_f, H_f = coulomb_terms(slip, x, x_prev, self.h)
+            e += e_f
+            np.add.at(g, slip.index, g_f)
+            np.add.at(blocks, slip.index, H_f)
+        idx = np.nonzero(np.any(g != 0.0, axis=1) | np.any(blocks != 0.0, axis=(1, 2)))[0]
+        if not len(idx):
+            return e, np.zeros(r), (np.zeros((r, r)) if need_hess else None)
         rows = (3 * idx[:, None] + np.arange(3)).ravel()
         Bc = basis[rows]
         grad = Bc.T @ g[idx].ravel()
         H = None
         if need_hess:
-            d = np.stack([kf[idx], kf[idx], k[idx]], axis=1).ravel()
-            H = Bc.T @ (d[:, None] * Bc)
+            Bb = Bc.reshape(len(idx), 3, r)
+            H = np.einsum("aid,aij,aje->de", Bb, blocks[idx], Bb)
         return e, grad, H
 
     def _step(self, frame):

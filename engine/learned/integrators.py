@@ -17,7 +17,8 @@ import math
 
 import torch
 
-from .terms import StepContext, total, total_energy
+from ..core.friction import changed
+from .terms import StepContext, slip_at, total, total_energy
 
 INTEGRATORS = ("backward_euler", "implicit_midpoint")
 NEWTON_ITERATIONS = 20
@@ -25,6 +26,7 @@ NEWTON_ITERATIONS = 20
 # show stretched: such steps took 20-50 iterations, and the 20 dropped most cloth rollouts
 TRAINING_NEWTON_ITERATIONS = 60
 MIDPOINT_TOLERANCE = 1e-8
+FRICTION_UPDATES = 2      # re-solves of a step with friction's normal forces at its solution (`minimize_with_friction`)
 TOLERANCE = 1e-5          # stop when a Newton step moves the body less than this (RMS, in bounding-box diagonals)
 
 
@@ -118,23 +120,26 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
     return q, False
 
 
+def minimize_with_friction(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERANCE):
+    """`minimize`, then again from its solution with friction's normal forces taken there while
+    they change (a contact that starts or ends in the step; IPC's lagged updates): a body set on
+    the floor or a ramp feels its friction from the first step."""
+    q, ok = minimize(ctx, q, iterations, tolerance)
+    for _ in range(FRICTION_UPDATES):
+        fresh = slip_at(ctx, q)
+        if not changed(ctx.slip, fresh):
+            break
+        ctx.slip = fresh
+        q, ok = minimize(ctx, q, iterations, tolerance)
+    return q, ok
+
+
 def matched_theta(h: float, reference_step: float) -> float:
     """The theta at which a step of h damps every slow mode as backward Euler at
     `reference_step` does: a mode of frequency w loses (2 theta - 1) w h / 2 of its amplitude per
     radian, so (2 theta - 1) h = reference_step (3/4 at twice the reference's step; backward
     Euler, 1, at or below it)."""
     return min(1.0, 0.5 * (1.0 + reference_step / h))
-
-
-def matched_friction(share: float, h: float, theta: float, reference_step: float) -> float:
-    """The floor's and colliders' friction share (the share of a slide resisted per step, as
-    backward Euler applies it) for a theta step of h, such that a slide keeps as much of its
-    speed per second as under `share` per backward-Euler step of `reference_step`: a slide
-    keeps 1 / (1 + share) per such step, and a theta step keeps 1 - s / theta of it for a share
-    s / (1 - s) in its backward-Euler part."""
-    keep = (1.0 + share) ** (-h / reference_step)
-    s = theta * (1.0 - keep)
-    return s / (1.0 - s)
 
 
 def theta_step(scene, frame, q_n, qd_n, h, theta, fast=False, iterations=NEWTON_ITERATIONS, reference_step=None):
@@ -146,15 +151,13 @@ def theta_step(scene, frame, q_n, qd_n, h, theta, fast=False, iterations=NEWTON_
     body's chord to third order in the angle turned, where K at q_n charges it to second order.
     A rubber cube spinning at 6 rad/s keeps 0.67x the reference's kinetic energy after 12 frames
     with K there, 0.12x with K at q_n (backward Euler at 1/48 s: 0.49x; tests/test_model.py).
-    `reference_step`: friction is rescaled to slow a slide per second as backward Euler at that
-    step does (`matched_friction`)."""
+    Friction is Coulomb's law, a force: the same whatever the step and theta, so
+    `reference_step` (kept for callers) changes nothing."""
     middle = q_n + 0.5 * h * qd_n
     if not scene.admissible(middle):
         middle = None
     ctx = StepContext.build(scene, frame, q_n, qd_n, theta * h, fast, damping_at=middle)
-    if reference_step:
-        ctx.friction_of = lambda share: matched_friction(share, h, theta, reference_step)
-    q_t, ok = minimize(ctx, q_n + theta * h * qd_n, iterations)
+    q_t, ok = minimize_with_friction(ctx, q_n + theta * h * qd_n, iterations)
     qd_t = (q_t - q_n) / (theta * h)
     for halvings in range(4):
         reach = 1.0 + (1.0 / theta - 1.0) / 2 ** halvings
@@ -177,10 +180,10 @@ def step(scene, frame, q_n, qd_n, h, integrator="backward_euler", fast=False, it
         # solved tighter: its energy conservation is only as good as the solve (1e-5: 2.2 % drift
         # over 500 steps, 1e-8: 1.3 %, measured on a spinning jelly box)
         ctx = StepContext.build(scene, frame, q_n, qd_n, 0.5 * h, fast)
-        q_mid, ok = minimize(ctx, q_n + 0.5 * h * qd_n, iterations, tolerance=MIDPOINT_TOLERANCE)
+        q_mid, ok = minimize_with_friction(ctx, q_n + 0.5 * h * qd_n, iterations, tolerance=MIDPOINT_TOLERANCE)
         return 2.0 * q_mid - q_n, 4.0 * (q_mid - q_n) / h - qd_n, ok
     ctx = StepContext.build(scene, frame, q_n, qd_n, h, fast)
-    q, ok = minimize(ctx, q_n + h * qd_n, iterations)
+    q, ok = minimize_with_friction(ctx, q_n + h * qd_n, iterations)
     return q, (q - q_n) / h, ok
 
 
@@ -188,9 +191,10 @@ def differentiable_step(scene, frame, q_n, qd_n, h):
     """Backward-Euler step whose result carries gradients to the learned energy and to (q_n, q'_n)."""
     with torch.no_grad():
         ctx0 = StepContext.build(scene, frame, q_n.detach(), qd_n.detach(), h)
-        q_star, ok = minimize(ctx0, q_n.detach() + h * qd_n.detach(), iterations=TRAINING_NEWTON_ITERATIONS)
+        q_star, ok = minimize_with_friction(ctx0, q_n.detach() + h * qd_n.detach(), iterations=TRAINING_NEWTON_ITERATIONS)
         H = total(q_star, ctx0).hess
     ctx = StepContext.build(scene, frame, q_n, qd_n, h)
+    ctx.slip = ctx0.slip
     t = total(q_star, ctx, need_hess=False)
     q = q_star - solve(H, t.grad)
     return q, (q - q_n) / h, ok

@@ -17,12 +17,9 @@ Thickness Inner behind an open one) is pushed out by the penalty
 
 d_i the signed distance to the collider at the step's END frame (frame + 1; substeps of one
 frame all see the collider there), m the mass a sample carries (1/Kc: the samples carry the
-body, as for the floor). Friction resists the sample's tangential slide relative to the
-collider's own motion over the step, E_t = 1/2 (m mu / h^2) sum |T_i (x_i - x_i^n - u_i)|^2,
-with mu the collider's friction read as the floor's FLOOR_FRICTION is (the share of the slide
-resisted per step), T_i = I - n_i n_i^T and u_i the collider's displacement over the step at the
-closest point. Per sample gradient and Gauss-Newton Hessian are pulled back to the latent space
-(g -> V^T g, H -> V^T H V), exactly as `terms.floor_contact`. The geometry (closest point, normal,
+body, as for the floor). Friction is Coulomb's law with the collider's own coefficient
+(`terms.friction`, `engine.core.friction`). Per sample gradient and Gauss-Newton Hessian are
+pulled back to the latent space (g -> V^T g, H -> V^T H V), exactly as `terms.floor_contact`. The geometry (closest point, normal,
 inside test) is computed in numpy at the trial state and held fixed; the energy is still
 differentiable in q (and q_n, for training) through a first-order expansion about that point.
 The collider's Damping is not used (backward Euler already removes the approach speed). Only the
@@ -97,7 +94,7 @@ def collider_geometry(c: Collider, x: np.ndarray, frame: float, h: float, dt: fl
 
 
 def collider_contact(q, ctx, need_hess=True):
-    """(energy, gradient, Hessian) of the collider penalty and friction at the contact samples,
+    """(energy, gradient, Hessian) of the collider penalty at the contact samples,
     summed over `setup.colliders` (see the module docstring). Zero when there is none."""
     s = ctx.scene
     d = len(q)
@@ -117,7 +114,7 @@ def collider_contact(q, ctx, need_hess=True):
         if geo is None:
             continue
         idx = torch.as_tensor(geo[0], device=q.device)
-        sd, n, disp = (torch.as_tensor(a, dtype=q.dtype, device=q.device) for a in geo[1:])
+        sd, n = (torch.as_tensor(a, dtype=q.dtype, device=q.device) for a in geo[1:3])
         xi, Vi = x[idx], s.contact_V[idx]                                      # [A,3], [A,3,d]
         depth = c.thickness_outer - (sd + torch.einsum("pi,pi->p", xi - xi.detach(), n))
         Vn = torch.einsum("pi,pid->pd", n, Vi)                                 # n^T V per sample
@@ -125,15 +122,6 @@ def collider_contact(q, ctx, need_hess=True):
         g = g - k * Vn.T @ depth
         if need_hess:
             H = H + k * Vn.T @ Vn
-        if c.friction > 0.0:
-            kf = m * ctx.friction_share(c.friction) / ctx.h ** 2
-            slide = xi - ctx.contact_prev[idx] - disp
-            st = slide - torch.einsum("pi,pi->p", slide, n)[:, None] * n      # tangential part
-            energy = energy + 0.5 * kf * torch.sum(st * st)
-            g = g + kf * torch.einsum("pi,pid->d", st, Vi)
-            if need_hess:
-                VT = Vi - n[:, :, None] * Vn[:, None, :]                      # (I - n n^T) V
-                H = H + kf * torch.einsum("pid,pie->de", VT, VT)
     return energy, g, (H if need_hess else None)
 
 

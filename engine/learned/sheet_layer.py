@@ -48,7 +48,6 @@ LAYER_MEMORY = 10              # curvature pairs kept
 # takes about 15 ms at 10,000.
 SHEET_LAYER_MAX_VERTICES = 4000
 LAYER_CHOICES = ("auto", "on", "off")
-FLOOR_FRICTION_MU = 0.5        # Coulomb coefficient of the floor for a sheet
 
 
 def layer_wanted(choice: str, setup) -> bool:
@@ -103,7 +102,7 @@ class SheetLayer:
         self.air = material.get("air_damping", 0.0)
         self.beta = material.get("damping", 0.0)
         self.colliders = list(setup.colliders or [])
-        self.floor_friction = FLOOR_FRICTION_MU
+        self.floor_friction = setup.floor_friction
         self._factors, self._history = {}, {}      # per substep length
         self._planes = []
 

@@ -29,7 +29,8 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
 
-from ..core.geometry import Normalisation, farthest_point_sample, is_closed, lumped_vertex_areas, mesh_volume, triangle_areas
+from ..core.geometry import (Normalisation, farthest_point_sample, is_closed, lumped_vertex_areas, mesh_volume,
+                             pinned_surface, triangle_areas)
 from ..core.memo import MeshMemo
 from .cubature import CAP, ElementForces, fit_cubature, rest_stiffness, triangle_edges
 
@@ -109,6 +110,29 @@ class Lattice:
     cell_size: float
     inside_share: np.ndarray  # [C] fraction of each cell's volume inside the surface (mass)
     W: sp.csr_matrix          # [N,n]
+    lo: np.ndarray            # [3] the lattice's corner
+    lookup: np.ndarray        # [cx,cy,cz] cell index, -1 where no cell is
+    cell_points: np.ndarray | None = None   # [C,3] where each cell's F is taken, in its own 0..1 coordinates
+
+    def weights_at(self, points) -> sp.csr_matrix:
+        """Trilinear weights [P,n] of points on the nodes of their cells (a row of zeros where
+        no cell is)."""
+        return trilinear(points, self.lo, self.cell_size, self.lookup, self.cell_nodes, len(self.nodes))
+
+
+def trilinear(points, lo, size, lookup, cell_nodes, n) -> sp.csr_matrix:
+    counts = np.array(lookup.shape)
+    idx = np.clip(np.floor((points - lo) / size).astype(int), 0, counts - 1)
+    t = np.clip((points - lo) / size - idx, 0.0, 1.0)   # a vertex on the lattice's boundary: no weight of -1e-16
+    cell = lookup[idx[:, 0], idx[:, 1], idx[:, 2]]
+    rows = np.repeat(np.arange(len(points)), 8)
+    vals = np.stack([np.where(c[0], t[:, 0], 1 - t[:, 0]) * np.where(c[1], t[:, 1], 1 - t[:, 1])
+                     * np.where(c[2], t[:, 2], 1 - t[:, 2]) for c in CORNERS], axis=1)
+    vals = np.where((vals > 1e-12) & (cell >= 0)[:, None], vals, 0.0).ravel()   # a node a vertex all but misses
+                                                                                # would take its share of mass
+    W = sp.csr_matrix((vals, (rows, cell_nodes[np.maximum(cell, 0)].ravel())), shape=(len(points), n))
+    W.eliminate_zeros()
+    return W
 
 
 def build_lattice(rest, faces, cells: int) -> Lattice:
@@ -139,16 +163,32 @@ def build_lattice(rest, faces, cells: int) -> Lattice:
     node_grid[inverse] = grid
     lookup = -np.ones(counts, dtype=int)
     lookup[cell_ids[:, 0], cell_ids[:, 1], cell_ids[:, 2]] = np.arange(len(cell_ids))
-    t = np.clip((rest - lo) / size - vidx, 0.0, 1.0)   # a vertex on the lattice's boundary: no weight of -1e-16
-    cell = lookup[vidx[:, 0], vidx[:, 1], vidx[:, 2]]
-    rows = np.repeat(np.arange(len(rest)), 8)
-    vals = np.stack([np.where(c[0], t[:, 0], 1 - t[:, 0]) * np.where(c[1], t[:, 1], 1 - t[:, 1])
-                     * np.where(c[2], t[:, 2], 1 - t[:, 2]) for c in CORNERS], axis=1).ravel()
-    vals = np.where(vals > 1e-12, vals, 0.0)   # a node a vertex all but misses would take its share of mass (`vertex_mass`)
-    W = sp.csr_matrix((vals, (rows, cell_nodes[cell].ravel())), shape=(len(rest), len(uniq)))
-    W.eliminate_zeros()
+    W = trilinear(rest, lo, size, lookup, cell_nodes, len(uniq))
+    points = inside_centroids(rest, faces, lo, size, counts)[occupied] if is_closed(faces) else None
     share = np.maximum(share[occupied], 1.0 / 9.0)   # a cell the surface passes through holds some mass
-    return Lattice(lo + node_grid * size, cell_nodes, size, share, W)
+    return Lattice(lo + node_grid * size, cell_nodes, size, share, W, lo, lookup, points)
+
+
+CENTROID_SAMPLES = 3      # per axis and cell: where a cut cell's material lies
+
+
+def inside_centroids(rest, faces, lo, size, counts) -> np.ndarray:
+    """[cx,cy,cz,3] the centroid of each cell's part inside the closed surface, in the cell's own
+    0..1 coordinates (its centre where none of its samples is inside). A cell the surface cuts
+    takes its strain there, not at its centre: at the centre, a beam's outer cells (0.6 full)
+    strained as if their material lay at their middle, and the 0.5 m beam bent 21 % too little."""
+    m = CENTROID_SAMPLES
+    inside = inside_share_grid(rest, faces, lo, size / m, counts * m, 0.5).reshape(
+        counts[0], m, counts[1], m, counts[2], m)
+    local = (np.arange(m) + 0.5) / m
+    total = inside.sum(axis=(1, 3, 5))
+    out = np.full(tuple(counts) + (3,), 0.5)
+    for axis, sub in enumerate((1, 3, 5)):
+        shape = [1] * 6
+        shape[sub] = m
+        moment = (inside * local.reshape(shape)).sum(axis=(1, 3, 5))
+        out[..., axis] = np.where(total > 0, moment / np.maximum(total, 1e-300), 0.5)
+    return out
 
 
 def inside_share_grid(rest, faces, lo, size, counts, offset) -> np.ndarray:
@@ -184,10 +224,19 @@ def inside_grid(rest, faces, lo, size, counts, offset, nudge=1.0) -> np.ndarray:
     return inside
 
 
-def trilinear_gradients(cell_size: float) -> np.ndarray:
-    """d N_a / dX at a cell's centre for its 8 corners [8,3] (one-point cubature per cell)."""
+def trilinear_gradients(cell_size: float, points=None) -> np.ndarray:
+    """d N_a / dX for a cell's 8 corners at its centre [8,3], or at `points` [K,3] (the cells'
+    own 0..1 coordinates) [K,8,3] (one-point cubature per cell)."""
     sign = 2.0 * CORNERS - 1.0
-    return sign * 0.25 / cell_size
+    if points is None:
+        return sign * 0.25 / cell_size
+    p = np.asarray(points, dtype=np.float64)[:, None, :]                     # [K,1,3]
+    factor = np.where(CORNERS[None] == 1, p, 1.0 - p)                       # [K,8,3] each axis's 1-D shape value
+    out = np.empty((len(points), 8, 3))
+    for axis in range(3):
+        others = [a for a in range(3) if a != axis]
+        out[:, :, axis] = sign[None, :, axis] * factor[:, :, others[0]] * factor[:, :, others[1]]
+    return out / cell_size
 
 
 # --------------------------------------------------------------------------- smooth weights
@@ -282,10 +331,12 @@ def canonical_functions(vecs, vals, points, mass, equal=1e-6) -> np.ndarray:
 
 # --------------------------------------------------------------------------- elements in the subspace
 
-def solid_local_map(node_basis, cell_nodes, cell_size):
-    """vec F of each cell at its centre as offset + G q: (G [C,9,d], offset [C,9])."""
-    dN = trilinear_gradients(cell_size)                                 # [8,3]
-    G = np.einsum("kaid,aj->kijd", node_basis[cell_nodes], dN).reshape(len(cell_nodes), 9, -1)
+def solid_local_map(node_basis, cell_nodes, cell_size, cell_points=None):
+    """vec F of each cell at its centre (or at `cell_points` [C,3], 0..1 in each cell) as
+    offset + G q: (G [C,9,d], offset [C,9])."""
+    dN = trilinear_gradients(cell_size, cell_points)                    # [8,3] or [C,8,3]
+    spec = "kaid,aj->kijd" if cell_points is None else "kaid,kaj->kijd"
+    G = np.einsum(spec, node_basis[cell_nodes], dN).reshape(len(cell_nodes), 9, -1)
     return G, np.tile(np.eye(3).ravel(), (len(cell_nodes), 1))
 
 
@@ -302,14 +353,15 @@ def cloth_local_map(node_basis, nodes, triangles):
 FIT_ELEMENTS = 4096       # a sheet with more triangles is fitted against this many, spread over it
 
 
-def fitted_cubature(kind, node_basis, nodes, node_mass, elements, full_weights, cell_size, samples, full=False):
+def fitted_cubature(kind, node_basis, nodes, node_mass, elements, full_weights, cell_size, samples, full=False,
+                    cell_points=None):
     """(chosen elements, their weights, held-out force error): `cubature.fit_cubature` against
     full integration over `elements` (cells [E,8] or triangles [E,3] with volume/area weights);
     `full`: all elements with their own weights (error 0)."""
     if full:
         return np.arange(len(elements)), np.asarray(full_weights, dtype=np.float64), 0.0
     if kind == "solid":
-        forces = ElementForces(kind, *solid_local_map(node_basis, elements, cell_size))
+        forces = ElementForces(kind, *solid_local_map(node_basis, elements, cell_size, cell_points))
     else:
         forces = ElementForces(kind, *cloth_local_map(node_basis, nodes, elements))
     fit = fit_cubature(forces, full_weights, rest_stiffness(forces, full_weights), node_basis, nodes, node_mass,
@@ -336,6 +388,7 @@ class Subspace:
     cell_nodes: np.ndarray | None   # solids: [K,8] cells (cubature samples: the chosen cells)
     cell_size: float
     cell_volume: np.ndarray | None  # [K] their fitted cubature weights (the body's volume is 1)
+    cell_points: np.ndarray | None  # solids: [K,3] where each sample cell's F is taken (0..1 in it); None: its centre
     triangles: np.ndarray | None    # cloth: [K,3] sample triangles (node indices)
     triangle_area: np.ndarray | None  # [K] their fitted cubature weights (the sheet's area is 1)
     bending: sp.csr_matrix | None   # cloth: [n,n] quadratic bending matrix (normalised units)
@@ -509,6 +562,16 @@ def held_nodes(W, held) -> np.ndarray | None:
     return np.clip(np.asarray(W.T @ held).ravel() / np.maximum(carried, 1e-12), 0.0, 1.0) * (carried > 0)
 
 
+def held_points(lat: Lattice, x, faces, held):
+    """(W [P,n], held [P]) of the vertices and of points on the pinned faces between them
+    (`core.geometry.pinned_surface`, half a cell apart): the lattice under a pinned face is held
+    whole, not only the cells around its vertices."""
+    points, weight = pinned_surface(x, faces, held, 0.5 * lat.cell_size)
+    if not len(points):
+        return lat.W, held
+    return sp.vstack([lat.W, lat.weights_at(points)]).tocsr(), np.concatenate([held, weight])
+
+
 def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, samples: int,
                    contact_samples: int, weight_field=None, full_integration=False, held=None) -> Subspace:
     """Everything one mesh needs, once: nodes, masses, smooth handle weights, the mass-orthonormal
@@ -536,7 +599,7 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
         node_mass = np.where(node_mass > 0, node_mass, max(node_mass.max(), 1e-12) * 1e-3)
         L = mesh_laplacian(faces, len(x))
     node_mass = node_mass / node_mass.sum()
-    node_held = None if held is None else held_nodes(W, held)
+    node_held = None if held is None else held_nodes(*held_points(lat, x, faces, held) if solid else (W, held))
     functions, spectrum = smooth_functions(L, node_mass, max(2 * handles, 2 * getattr(weight_field, "handles", 0)),
                                            node_held, nodes)
     weights = handle_weights(functions, spectrum, handles, weight_field)
@@ -556,8 +619,10 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
     if solid:
         volume = lat.inside_share / lat.inside_share.sum()
         chosen, weights, error = fitted_cubature(kind, node_basis, nodes, node_mass, lat.cell_nodes, volume,
-                                                 lat.cell_size, samples, full_integration)
+                                                 lat.cell_size, samples, full_integration, lat.cell_points)
+        points = None if lat.cell_points is None else lat.cell_points[chosen]
         return Subspace(**common, cell_nodes=lat.cell_nodes[chosen], cell_size=lat.cell_size, cell_volume=weights,
+                        cell_points=points,
                         triangles=None, triangle_area=None, bending=None, cubature_error=error)
     area = triangle_areas(x, faces)
     candidates = np.arange(len(faces))
@@ -566,7 +631,8 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
     full = area[candidates] / area[candidates].sum()
     chosen, weights, error = fitted_cubature(kind, node_basis, nodes, node_mass, faces[candidates], full, 0.0, samples,
                                              full_integration)
-    return Subspace(**common, cell_nodes=None, cell_size=0.0, cell_volume=None, triangles=faces[candidates[chosen]],
+    return Subspace(**common, cell_nodes=None, cell_size=0.0, cell_volume=None, cell_points=None,
+                    triangles=faces[candidates[chosen]],
                     triangle_area=weights, bending=bending_matrix(x, faces), cubature_error=error)
 
 

@@ -2,7 +2,7 @@
 
 A backward-Euler step from (q_n, q'_n) minimises the incremental potential
 
-    E(q) = inertia + elastic + external work + pins + damping + floor + colliders
+    E(q) = inertia + elastic + external work + pins + damping + floor + colliders + friction
 
 over q. Each term below takes the trial state q and the step's `StepContext` and returns its
 energy, gradient and Hessian (a `Terms` triple; the Hessian is positive semi-definite, projected
@@ -16,10 +16,11 @@ product for all of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
+import numpy as np
 import torch
 
+from ..core.friction import FRICTION_SLIP_SPEED, collider_contacts, floor_contacts, smoothed_slide
 from . import interactions
 from .latent_scene import LatentScene
 from .materials import DTYPE, with_gradient_of
@@ -46,7 +47,7 @@ class StepContext:
     force: torch.Tensor          # generalised gravity + painted forces over the step
     pin_b: torch.Tensor          # pin targets at the end of the step, reduced
     damping: "Damping"           # Rayleigh D = alpha I + beta K(q_n)
-    contact_prev: torch.Tensor   # contact sample positions at q_n (friction)
+    contact_prev: torch.Tensor   # contact sample positions at q_n
     node_heights: torch.Tensor | None = None   # the nodes' heights at q_n (floor contact: `LatentScene.floor_points`)
     exact_hessian: bool = True   # the exact elastic Hessian (Newton falls back to projected samples if needed)
     frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: interactions.py)
@@ -54,12 +55,7 @@ class StepContext:
     quadratic: tuple | None = None   # (energy, gradient, Hessian) of the quadratic terms at q = 0 (`quadratic_part`)
     start_hessian: torch.Tensor | None = None   # the exact elastic Hessian at q_n, Newton's first matrix (small subspaces
                                                 # only, where the damping is one dense matrix: `build`)
-    friction_of: Callable[[float], float] | None = None   # a friction share per reference step -> this step's
-                                                          # (`integrators.matched_friction`); None: as given
-
-    def friction_share(self, share: float) -> float:
-        """The share of a slide resisted in this step for the floor's or a collider's `share`."""
-        return share if self.friction_of is None else self.friction_of(share)
+    slip: "SlipContacts | None" = None   # the floor's and colliders' friction contacts at q_n (`slip_contacts`)
 
     @classmethod
     def build(cls, scene: LatentScene, frame: int, q_n, qd_n, h: float, fast=False, damping_at=None):
@@ -81,7 +77,8 @@ class StepContext:
         force = scene.forcing(frame) + interactions.field_force(scene, frame, q_n, qd_n)  # fields on the deformed surface
         heights = scene.node_heights(q_n.detach()) if scene.has_floor else None
         return cls(scene, h, q_n, qd_n, force, scene.pin_b(frame + 1), damping, prev, frame=frame,
-                   node_heights=heights, fast_hessian=fast, start_hessian=None if K_n is None else K_n.detach())
+                   node_heights=heights, fast_hessian=fast, start_hessian=None if K_n is None else K_n.detach(),
+                   slip=slip_contacts(scene, frame, q_n, prev, heights, h))
 
 
 @dataclass
@@ -181,10 +178,10 @@ def sample_damping(q, ctx: StepContext):
 
 
 def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
-    """Penalty below the floor plus sliding friction, at every vertex below it (the reference's
-    law: each as stiff as the mass it carries, k = m FLOOR_OMEGA2). The vertices are found at q
-    itself (`LatentScene.floor_points`), so the energy is that of all vertices: a fixed set of
-    samples pressed a round body unevenly (a jelly ball at rest slid 10 cm in 3 s), and a set
+    """Penalty below the floor at every vertex below it (the reference's law: each as stiff as
+    the mass it carries, k = m FLOOR_OMEGA2; its friction is `friction`). The vertices are found
+    at q itself (`LatentScene.floor_points`), so the energy is that of all vertices: a fixed set
+    of samples pressed a round body unevenly (a jelly ball at rest slid 10 cm in 3 s), and a set
     fixed at the step's start let a hard push drive the rest through the floor."""
     s = ctx.scene
     if ctx.node_heights is None:
@@ -194,17 +191,80 @@ def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
         return None
     V, prev, m = points
     Vz = V[:, 2, :]
-    x = prev + torch.einsum("kid,d->ki", V, q - ctx.q_n)
-    pen = torch.clamp(x[:, 2] - s.floor, max=0.0)
+    z = prev[:, 2] + Vz @ (q - ctx.q_n)
+    pen = torch.clamp(z - s.floor, max=0.0)
     touching = (pen < 0).to(q.dtype)
     k = m * s.floor_k
-    kf = m * ctx.friction_share(s.friction) / ctx.h ** 2 * touching
-    slide = (x - prev)[:, :2]
-    energy = 0.5 * torch.dot(k * pen, pen) + 0.5 * torch.sum(kf[:, None] * slide ** 2)
-    Vt = V[:, :2, :]
-    g = Vz.T @ (k * pen) + torch.einsum("k,ki,kid->d", kf, slide, Vt)
-    H = Vz.T @ ((k * touching)[:, None] * Vz) + torch.einsum("k,kid,kie->de", kf, Vt, Vt) if need_hess else None
-    return Terms(energy, g, H)
+    H = Vz.T @ ((k * touching)[:, None] * Vz) if need_hess else None
+    return Terms(0.5 * torch.dot(k * pen, pen), Vz.T @ (k * pen), H)
+
+
+@dataclass
+class SlipContacts:
+    """Friction contacts of one step in latent form: the points' basis [A,3,d], with the
+    `engine.core.friction.FrictionContacts` found at q_n (normal, mu lambda, the surface's own
+    slide over the step)."""
+    V: torch.Tensor
+    normal: torch.Tensor
+    weight: torch.Tensor
+    surface_slide: torch.Tensor
+
+
+def slip_contacts(scene: LatentScene, frame: int, q_n, contact_prev, node_heights, h) -> SlipContacts | None:
+    """The floor's contacts (its vertices below it at q_n) and the colliders' (contact samples in
+    their shells at `frame`), each with its normal force at q_n: friction is lagged, as in the
+    reference."""
+    found = []
+    if node_heights is not None and scene.setup.floor_friction > 0.0:
+        points = scene.floor_points(q_n, q_n, node_heights)
+        if points is not None:
+            V, prev, m = points
+            found.append((V, floor_contacts(scene.floor, scene.setup.floor_friction, prev.detach().cpu().numpy(),
+                                            (m * scene.floor_k).cpu().numpy())))
+    colliders = [c for c in getattr(scene, "latent_colliders", ()) if c.friction > 0.0]
+    if colliders:
+        stiffness = np.full(len(contact_prev), scene.contact_mass * scene.collider_k)
+        dt = scene.setup.dt
+        found.append((scene.contact_V, collider_contacts(colliders, contact_prev.detach().cpu().numpy(), stiffness,
+                                                         float(frame), lambda c: h * c.velocity(frame, dt))))
+    found = [(V[torch.as_tensor(f.index, device=V.device)], f) for V, f in found if f is not None and len(f.index)]
+    if not found:
+        return None
+    as_t = lambda key: torch.as_tensor(np.concatenate([getattr(f, key) for _, f in found]), dtype=q_n.dtype,
+                                       device=q_n.device)
+    return SlipContacts(torch.cat([V for V, _ in found]), as_t("normal"), as_t("weight"), as_t("surface_slide"))
+
+
+def slip_at(ctx: StepContext, q) -> SlipContacts | None:
+    """The friction contacts of the trial state q (a lagged update, `integrators.minimize_with_friction`)."""
+    s = ctx.scene
+    if not (s.has_floor or getattr(s, "latent_colliders", None)):
+        return None
+    q = q.detach()
+    heights = s.node_heights(q) if s.has_floor else None
+    return slip_contacts(s, ctx.frame, q, s.contact_rest + torch.einsum("kid,d->ki", s.contact_V, q), heights, ctx.h)
+
+
+def friction(q, ctx: StepContext, need_hess=True) -> Terms | None:
+    """Coulomb friction at the floor's and colliders' contacts (`engine.core.friction`): the
+    smoothed dissipation potential mu lambda f0(|u|) of each contact's tangential slide u over the step."""
+    c = ctx.slip
+    if c is None:
+        return None
+    slide = torch.einsum("aid,d->ai", c.V, q - ctx.q_n) - c.surface_slide
+    n = c.normal
+    u = slide - torch.sum(slide * n, dim=1, keepdim=True) * n
+    y = torch.sqrt(torch.sum(u * u, dim=1) + 1e-300)
+    f0, f1_over_y, f1_prime = smoothed_slide(y, FRICTION_SLIP_SPEED * ctx.h / ctx.scene.scale)
+    g = torch.einsum("a,ai,aid->d", c.weight * f1_over_y, u, c.V)
+    H = None
+    if need_hess:
+        unit = u / y[:, None]
+        VT = c.V - n[:, :, None] * torch.einsum("ai,aid->ad", n, c.V)[:, None, :]       # (I - n n^T) V
+        Vu = torch.einsum("ai,aid->ad", unit, c.V)                                       # u^T V
+        a, b = c.weight * f1_over_y, c.weight * (f1_prime - f1_over_y)
+        H = torch.einsum("a,aid,aie->de", a, VT, VT) + torch.einsum("a,ad,ae->de", b, Vu, Vu)
+    return Terms(torch.sum(c.weight * f0), g, H)
 
 
 def elastic_term(q, ctx: StepContext, need_hess=True) -> Terms:
@@ -225,7 +285,7 @@ def collider_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
 
 
 QUADRATIC_TERMS = (inertia, external_work, pins, damping)
-NONLINEAR_TERMS = (elastic_term, floor_contact, collider_contact)
+NONLINEAR_TERMS = (elastic_term, floor_contact, collider_contact, friction)
 TERMS = QUADRATIC_TERMS + NONLINEAR_TERMS
 
 

@@ -11,14 +11,11 @@ behind an open one) is pushed out by the penalty
     E_n = 1/2 k sum_i m_i (thickness - d_i)^2,   k = FLOOR_OMEGA2 (the floor's 160 Hz spring),
 
 d_i the signed distance to the collider where it is at the END of the substep (a fractional
-frame: a moving collider is interpolated linearly between its stored frames). Friction resists
-each contact's tangential slide relative to the collider's own motion over the substep,
-
-    E_t = 1/2 sum_i (m_i mu / h^2) |T_i (x_i - x_i^n - u_i)|^2,   T_i = I - n_i n_i^T,
-
-with mu the collider's Friction read as the floor's FLOOR_FRICTION is (the share of the slide
-resisted per substep) and u_i the displacement of the collider's closest point over the substep.
-Gradient and Gauss-Newton Hessian (k m n n^T + kf m T per contact) are per point; the simulator
+frame: a moving collider is interpolated linearly between its stored frames). Friction is
+Coulomb's law with the collider's own coefficient (`engine.core.friction`, as at the floor):
+`friction_contacts` finds the contacts at the substep's start and `friction_terms` adds their
+dissipation potential, the slide taken relative to the collider's own motion over the substep.
+Gradient and Gauss-Newton Hessian (k m n n^T per contact) are per point; the simulator
 pulls them back to its degrees of freedom through W. The geometry (closest point, normal,
 inside test) is recomputed at every trial state of the Newton iteration. As with the floor, a
 solid's lattice nodes feel the colliders too (with their own masses): the lattice cells are the
@@ -39,6 +36,7 @@ import scipy.sparse as sp
 
 from ..core.colliders import Collider, point_motion, shell_contacts
 from ..core.fields import total_accel, vertex_normals
+from ..core.friction import FrictionContacts, collider_contacts, coulomb_terms, floor_contacts
 from ..core.physics import FLOOR_OMEGA2
 
 
@@ -60,18 +58,17 @@ def contacts(c: Collider, x: np.ndarray, frame: float, frame_prev: float | None 
     return idx, sd, n, disp
 
 
-def collider_terms(colliders, x, x_prev, mass, h, frame, frame_prev, need_hess=True):
-    """(energy, gradient [3P], Hessian (sparse 3P x 3P) or None) of the collider penalty and
-    friction on points x [P,3] (positions at the substep's start: x_prev), summed over
-    `colliders` at the substep's end `frame` (fractional; it started at `frame_prev`)."""
+def collider_terms(colliders, x, mass, frame, need_hess=True):
+    """(energy, gradient [3P], Hessian (sparse 3P x 3P) or None) of the collider penalty on
+    points x [P,3], summed over `colliders` at the substep's end `frame` (fractional)."""
     P = len(x)
     energy, g = 0.0, np.zeros((P, 3))
     rows, blocks = [], []
     for c in colliders:
-        geo = contacts(c, x, frame, frame_prev=frame_prev)
+        geo = contacts(c, x, frame)
         if geo is None:
             continue
-        idx, sd, n, disp = geo
+        idx, sd, n, _ = geo
         m = mass[idx]
         k = m * FLOOR_OMEGA2
         depth = c.thickness_outer - sd
@@ -79,23 +76,40 @@ def collider_terms(colliders, x, x_prev, mass, h, frame, frame_prev, need_hess=T
         np.add.at(g, idx, -(k * depth)[:, None] * n)
         nn = np.einsum("pi,pj->pij", n, n)
         block = k[:, None, None] * nn
-        if c.friction > 0.0:
-            kf = m * c.friction / h ** 2
-            slide = x[idx] - x_prev[idx] - disp
-            st = slide - np.einsum("pi,pi->p", slide, n)[:, None] * n
-            energy += 0.5 * float(np.sum(kf * np.sum(st * st, axis=1)))
-            np.add.at(g, idx, kf[:, None] * st)
-            block = block + kf[:, None, None] * (np.eye(3)[None] - nn)
         rows.append(idx)
         blocks.append(block)
-    H = None
-    if need_hess and rows:
-        idx = np.concatenate(rows)
-        B = np.concatenate(blocks)
-        r = (3 * idx[:, None, None] + np.arange(3)[None, :, None]) + np.zeros((1, 1, 3), dtype=np.int64)
-        cidx = (3 * idx[:, None, None] + np.arange(3)[None, None, :]) + np.zeros((1, 3, 1), dtype=np.int64)
-        H = sp.coo_matrix((B.ravel(), (r.ravel(), cidx.ravel())), shape=(3 * P, 3 * P)).tocsr()
+    H = block_diagonal(np.concatenate(rows), np.concatenate(blocks), P) if need_hess and rows else None
     return energy, g.ravel(), H
+
+
+def block_diagonal(idx, blocks, P):
+    """Sparse 3P x 3P matrix with 3x3 `blocks` [A,3,3] at points `idx` [A] (repeats summed)."""
+    r = (3 * idx[:, None, None] + np.arange(3)[None, :, None]) + np.zeros((1, 1, 3), dtype=np.int64)
+    cidx = (3 * idx[:, None, None] + np.arange(3)[None, None, :]) + np.zeros((1, 3, 1), dtype=np.int64)
+    return sp.coo_matrix((blocks.ravel(), (r.ravel(), cidx.ravel())), shape=(3 * P, 3 * P)).tocsr()
+
+
+def friction_contacts(setup, points, mass, frame, frame_start, frame_end) -> FrictionContacts | None:
+    """The floor's and the colliders' friction contacts of points [P,3] (masses [P]), found at
+    `frame`, for the substep from `frame_start` to `frame_end`."""
+    k = mass * FLOOR_OMEGA2
+    floor = floor_contacts(setup.floor_z, setup.floor_friction, points, k)
+    if not setup.colliders:
+        return floor
+    cols = collider_contacts(setup.colliders, points, k, frame, lambda c: c.at(frame_end) - c.at(frame_start))
+    return FrictionContacts.join([floor, cols])
+
+
+def friction_terms(contacts: FrictionContacts | None, x, x_prev, h, need_hess=True):
+    """(energy, gradient [3P], Hessian or None) of Coulomb friction at points x [P,3] over a
+    substep of h from x_prev (`engine.core.friction.coulomb_terms`)."""
+    P = len(x)
+    if contacts is None:
+        return 0.0, np.zeros(3 * P), None
+    energy, g_contacts, H_blocks = coulomb_terms(contacts, x, x_prev, h)
+    g = np.zeros((P, 3))
+    np.add.at(g, contacts.index, g_contacts)
+    return energy, g.ravel(), (block_diagonal(contacts.index, H_blocks, P) if need_hess else None)
 
 
 # --------------------------------------------------------------------------- force fields

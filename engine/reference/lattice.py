@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ..core.geometry import is_closed, winding_numbers
+from ..core.geometry import is_closed, sample_triangles, winding_numbers
 
 DEFAULT_LATTICE_CELLS = 6       # quadratic cells along the longest side of a solid
 MAX_LATTICE_CELLS = 500         # cap on occupied quadratic cells (linear: 8x as many, same node budget)
@@ -26,25 +26,6 @@ SNAP_MIN = 0.05                 # an inserted grid plane is at least this share 
 KUHN_AXIS_ORDERS = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))
 # edges of a tetrahedron, in the order of its quadratic nodes 4..9
 TET_EDGES = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))
-
-
-def sample_triangles(x, faces, spacing):
-    """Points on every triangle, no further apart than about `spacing`."""
-    pts = [x]
-    lengths = np.linalg.norm(x[faces[:, [1, 2, 0]]] - x[faces], axis=2).max(axis=1)
-    steps = np.ceil(lengths / spacing).astype(int)
-    for k in np.unique(steps):
-        if k < 1:
-            continue
-        sel = faces[steps == k]
-        i, j = np.meshgrid(np.arange(k + 1), np.arange(k + 1), indexing="ij")
-        keep = (i + j) <= k
-        u, v = i[keep] / k, j[keep] / k
-        w = 1.0 - u - v
-        p = (w[None, :, None] * x[sel[:, 0]][:, None] + u[None, :, None] * x[sel[:, 1]][:, None]
-             + v[None, :, None] * x[sel[:, 2]][:, None])
-        pts.append(p.reshape(-1, 3))
-    return np.concatenate(pts)
 
 
 def grid_planes(lo, hi, count, snaps=()):

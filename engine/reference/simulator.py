@@ -25,12 +25,13 @@ import scipy.sparse.linalg as spla
 
 from ..core.errors import Cancelled, SimulationFault
 from ..core.geometry import lumped_vertex_areas
-from ..core.physics import FLOOR_FRICTION, FLOOR_OMEGA2
+from ..core.friction import changed
+from ..core.physics import FLOOR_OMEGA2
 from ..core.scene import Setup
 from .budget import (BUDGET_RETRY_FACTOR, DEFAULT_BUDGET, OutOfWork, SubstepWork, Work, WorkBudgetExceeded, halvings,
                      setup_load)
 from .cloth import ClothModel
-from .interactions import collider_terms, external_accel
+from .interactions import collider_terms, external_accel, friction_contacts, friction_terms
 from .lattice import DEFAULT_LATTICE_CELLS, Lattice
 from .pins import Pins, pinned_box
 from .self_contact import LatticeSelfContact
@@ -38,6 +39,9 @@ from .solid import StableNeoHookean
 
 DEFAULT_SUBSTEP = 1.0 / 96.0    # longest substep, seconds
 DEFAULT_ORDER = 2               # quadratic tetrahedra: no bending locking
+# friction's normal forces are taken at the substep's start, then again at its solution while they
+# change (a contact that starts or ends in the substep): IPC's lagged updates
+FRICTION_UPDATES = 2
 
 
 def line_search(total, x, energy, slope, step, alpha=1.0):
@@ -53,6 +57,12 @@ def line_search(total, x, energy, slope, step, alpha=1.0):
     while alpha > 1e-12 and not np.isfinite(total(x + alpha * step, need_hess=False)[0]):
         alpha *= 0.5
     return alpha if alpha > 1e-12 else 0.0
+
+
+def _plus(a, b):
+    """The sum of two (energy, gradient, Hessian or None) triples."""
+    H = a[2] if b[2] is None else (b[2] if a[2] is None else a[2] + b[2])
+    return a[0] + b[0], a[1] + b[1], H
 
 
 class ReferenceSimulator:
@@ -152,8 +162,8 @@ class ReferenceSimulator:
         f = self.W.T @ f_vertices + self.dof_mass[:, None] * np.asarray(s.gravity)[None, :]
         return np.asarray(f).ravel()
 
-    def _floor_terms(self, x, x_prev, need_hess, mass=None):
-        """Floor penalty and friction on points x (vertices, or a solid's lattice nodes)."""
+    def _floor_terms(self, x, need_hess, mass=None):
+        """Floor penalty on points x (vertices, or a solid's lattice nodes)."""
         mass = self.vertex_mass if mass is None else mass
         z = self.setup.floor_z
         n = len(x)
@@ -162,15 +172,12 @@ class ReferenceSimulator:
         pen = np.minimum(x[:, 2] - z, 0.0)
         contact = pen < 0
         k = mass * FLOOR_OMEGA2
-        kf = mass * FLOOR_FRICTION / self.h ** 2
-        slide = (x - x_prev)[:, :2]
-        energy = 0.5 * float(np.sum(k * pen ** 2)) + 0.5 * float(np.sum((kf * contact)[:, None] * slide ** 2))
+        energy = 0.5 * float(np.sum(k * pen ** 2))
         g = np.zeros((n, 3))
         g[:, 2] = k * pen
-        g[:, :2] = (kf * contact)[:, None] * slide
         H = None
         if need_hess:
-            diag = np.stack([kf * contact, kf * contact, k * contact], axis=1).ravel()
+            diag = np.stack([np.zeros(n), np.zeros(n), k * contact], axis=1).ravel()
             H = sp.diags(diag)
         return energy, g.ravel(), H
 
@@ -190,6 +197,7 @@ class ReferenceSimulator:
         Mh = self.M3 / h ** 2
         t_end = frame + end
         t_start = t_end - 1.0 / self.substeps
+        slip = self._slip(y_n, t_start, t_start, t_end)
 
         def total(yf, need_hess=True):
             self._check_cancel()
@@ -202,25 +210,23 @@ class ReferenceSimulator:
             dv = yf - y_n.ravel()
             Ddv = D @ dv
             e_pin, g_pin = self.pins.energy_grad(yf, pin_b, pin_c)
-            e_floor, g_floor, H_floor = self._floor_terms(x, x_prev, need_hess)
+            e_floor, g_floor, H_floor = self._floor_terms(x, need_hess)
             # the lattice body may not pass the floor either: a node pushed through it under a
             # vertex held by it folds the cell between them (inverted elements)
-            e_nodes, g_nodes, H_nodes = (self._floor_terms(y, y_n, need_hess, self.dof_mass)
+            e_nodes, g_nodes, H_nodes = (self._floor_terms(y, need_hess, self.dof_mass)
                                          if self.lattice is not None else (0.0, 0.0, None))
+            e_floor, g_floor, H_floor = _plus((e_floor, g_floor, H_floor), friction_terms(slip[0], x, x_prev, h, need_hess))
+            if slip[1] is not None:
+                e_nodes, g_nodes, H_nodes = _plus((e_nodes, g_nodes, H_nodes),
+                                                  friction_terms(slip[1], y, y_n, h, need_hess))
             if self.colliders:
-                e_col, g_col, H_col = collider_terms(self.colliders, x, x_prev, self.vertex_mass, h, t_end, t_start,
-                                                     need_hess)
-                e_floor, g_floor = e_floor + e_col, g_floor + g_col
-                H_floor = H_col if H_floor is None else (H_floor if H_col is None else H_floor + H_col)
+                e_floor, g_floor, H_floor = _plus((e_floor, g_floor, H_floor),
+                                                  collider_terms(self.colliders, x, self.vertex_mass, t_end, need_hess))
                 if self.lattice is not None:     # the lattice body may not pass a collider either
-                    e_cn, g_cn, H_cn = collider_terms(self.colliders, y, y_n, self.dof_mass, h, t_end, t_start,
-                                                      need_hess)
-                    e_nodes, g_nodes = e_nodes + e_cn, g_nodes + g_cn
-                    H_nodes = H_cn if H_nodes is None else (H_nodes if H_cn is None else H_nodes + H_cn)
+                    e_nodes, g_nodes, H_nodes = _plus((e_nodes, g_nodes, H_nodes),
+                                                      collider_terms(self.colliders, y, self.dof_mass, t_end, need_hess))
             if self._contact_on():
-                e_sc, g_sc, H_sc = self.self_contact.terms(y, need_hess)
-                e_nodes, g_nodes = e_nodes + e_sc, g_nodes + g_sc
-                H_nodes = H_sc if H_nodes is None else (H_nodes if H_sc is None else H_nodes + H_sc)
+                e_nodes, g_nodes, H_nodes = _plus((e_nodes, g_nodes, H_nodes), self.self_contact.terms(y, need_hess))
             energy = 0.5 * float(np.dot(Mh * dy, dy)) + e_el - float(np.dot(f_ext, yf)) + e_pin + e_floor \
                 + e_nodes + 0.5 / h * float(np.dot(dv, Ddv))
             grad = Mh * dy + g_el - f_ext + g_pin + self.W3.T @ g_floor + g_nodes + Ddv / h
@@ -234,9 +240,24 @@ class ReferenceSimulator:
             return energy, grad, H.tocsc()
 
         yf = self._newton(total, y_n.ravel(), h, v_n.ravel(), must_converge)
+        for _ in range(FRICTION_UPDATES):
+            fresh = self._slip(yf.reshape(-1, 3), t_end, t_start, t_end)
+            if not any(changed(a, b) for a, b in zip(slip, fresh)):
+                break
+            slip[:] = fresh
+            yf = self._newton(total, yf, h, np.zeros_like(yf), must_converge)
         y_new = yf.reshape(-1, 3)
         self.v = (y_new - y_n) / h
         self.y = y_new
+
+    def _slip(self, y, frame, frame_start, frame_end):
+        """[vertex, node] friction contacts of the state y, found at `frame`: Coulomb friction's
+        normal forces, at the vertices and (a solid) at the lattice nodes that feel the floor and
+        colliders too."""
+        x = np.asarray(self.W @ y)
+        nodes = (friction_contacts(self.setup, y, self.dof_mass, frame, frame_start, frame_end)
+                 if self.lattice is not None else None)
+        return [friction_contacts(self.setup, x, self.vertex_mass, frame, frame_start, frame_end), nodes]
 
     def _newton(self, total, y0, h, v0, must_converge):
         """Minimise the incremental potential `total` by Newton with line search from the inertial

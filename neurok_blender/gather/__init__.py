@@ -73,11 +73,13 @@ def gather(context, obj, check_engine: bool = True) -> Inputs:
             mesh, frames=frames, dt=dt, gravity=[g * float(settings.field_weights.gravity) for g in scene_gravity(scene)],
             material=material, pin_weight=pin_weight, pin_targets=pin_targets, force_terms=force_terms,
             accel_table=table, floor_z=float(scene.neurok.floor_height) if scene.neurok.use_floor else None,
+            floor_friction=float(scene.neurok.floor_friction),
             velocity=[float(x) for x in settings.initial_velocity], colliders=colliders, effectors=effectors,
             detail=settings.detail.lower(),
             meta={"source": "blender", "object": obj.name, "frame_start": start}, where=f"'{obj.name}'")
     except NeurokError as e:
         raise UserError(str(e).rstrip(".") + ".") from None
+    warnings += [f"'{obj.name}': {note}." for note in setup.meta.get("notes", [])]
     return Inputs(obj_name=obj.name, setup=setup, mesh=mesh, material=material,
                   pin_strength=float(settings.pin_strength), matrix=body.matrix, inverse=body.inverse,
                   frame_start=start, frames=frames, vertex_count=len(body.rest), topology=topology_hash(obj.data),

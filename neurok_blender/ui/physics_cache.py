@@ -74,6 +74,7 @@ class PHYSICS_PT_neurok_settings(PhysicsSubPanel, bpy.types.Panel):
         sub = row.row()
         sub.active = s.use_floor
         sub.prop(s, "floor_height", text="")
+        sub.prop(s, "floor_friction")
         draw_frame_range(layout, scene, fps=True)
         g = scene_settings.scene_gravity(scene)
         layout.label(text=("Gravity: off (Scene > Gravity)" if not scene.use_gravity else

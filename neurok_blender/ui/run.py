@@ -52,6 +52,8 @@ def draw_last_bake(layout, context, obj) -> None:
     problem = records.bake_problem(obj)
     if problem:
         wrapped(layout, problem, icon='ERROR', alert=True)
+    if bake.kind != 'NONE' and bake.note:
+        wrapped(layout, f"Note: {bake.note}.", icon='INFO')
     if bake.ood_level:
         icon, words = OOD_WORDS.get(bake.ood_level, ('INFO', bake.ood_level))
         wrapped(layout, f"Model fit {bake.ood_score:.2f}: {words}", icon=icon, alert=bake.ood_level == "out_of_range")
