@@ -191,8 +191,9 @@ def cmd_generate(args):
     result = generate(args.out, args.sequences, args.seed, args.shard, args.workers, args.frames, law=law,
                       lattice_cells=args.lattice, kind=args.kind)
     rate = result["sequences_per_minute"]
+    skipped = f", skipped {len(result['skipped'])} (the reference's work budget stopped them)" if result["skipped"] else ""
     print(f"wrote {result['written']} sequences to {args.out} in {result['seconds']:.1f} s"
-          + (f" ({rate:.1f} sequences/minute)" if rate else "") + f"; index {result['index']}")
+          + (f" ({rate:.1f} sequences/minute)" if rate else "") + f"{skipped}; index {result['index']}")
 
 
 def cmd_train(args):

@@ -31,7 +31,7 @@ import numpy as np
 from ..api import default_model_path
 from ..core.formats import NeurokError
 from ..core.progress import ProgressBar
-from ..training.generate import HELDOUT_FAMILIES, load_index, make_sequences
+from ..training.generate import GENERATOR_LATTICE, HELDOUT_FAMILIES, DataSetPlan, load_index, make_sequences
 from ..training.shapes import FAMILIES
 from .ablations import run_ablations
 from .baselines import load_latent_mlp, model_training_data, train_latent_mlp
@@ -89,22 +89,18 @@ def pick_indices(seed, sequences, heldout):
 
 
 def make_eval_set(out, seed, sequences, heldout, frames, workers=None, quiet=False):
-    """Generate (or resume) the chosen sequences into `out` with an `index.json`."""
+    """Generate (or resume) the chosen sequences into `out` with an `index.json`: sequences whose
+    stamp still matches are kept, missing and stale ones made (`generate.DataSetPlan`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    index_path = out / "index.json"
-    entries = {}
-    if index_path.is_file():
-        for e in json.loads(index_path.read_text())["sequences"]:
-            if (out / e["file"]).is_file() and e.get("frames") == frames:
-                entries[e["file"]] = e
     indices = pick_indices(seed, sequences, heldout)
-    todo = [i for i in indices if f"seq_{i:05d}.npz" not in entries]
+    plan = DataSetPlan(out, out / "index.json", seed, max(indices) + 1, None, GENERATOR_LATTICE)
+    plan.settle(indices, frames, 1.0 / 24.0)
+    todo = list(plan.todo)
     workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
-    bar = None if quiet else ProgressBar(len(todo), f"eval set ({len(todo)} to make)")
-    make_sequences(out, seed, todo, frames, 1.0 / 24.0, workers, index_path, max(indices) + 1, None, entries, bar)
+    bar = None if quiet or not todo else ProgressBar(len(todo), f"eval set ({len(todo)} to make)")
+    make_sequences(plan, todo, frames, 1.0 / 24.0, workers, bar)
     return out
-
 
 
 # =========================================================================== the suite
