@@ -128,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--preset", choices=("small", "full"), default="small")
     ev.add_argument("--out", default="eval_out")
     ev.add_argument("--model")
+    ev.add_argument("--data", help="where the evaluation sets and the model-free physics are kept and made "
+                                   "(default: the repository's data/)")
     return p
 
 
@@ -240,7 +242,7 @@ def cmd_demo(args):
 
 def cmd_evalsuite(args):
     from .evaluation.suite import run_suite
-    run_suite(args.preset, args.out, args.model)
+    run_suite(args.preset, args.out, args.model, data_dir=args.data)
 
 
 COMMANDS = {"simulate": cmd_simulate, "generate": cmd_generate, "train": cmd_train, "eval": cmd_eval,

@@ -37,7 +37,7 @@ from .ablations import run_ablations
 from .baselines import load_latent_mlp, model_training_data, train_latent_mlp
 from .bench import bench
 from .metrics import drift_jobs, eval_jobs, evaluate, write_json
-from .physics_cache import PhysicsCache
+from .physics_cache import DATA, PhysicsCache
 from .report import write_report
 from .scene_eval import EVALUATION_LATTICE, beam_jobs, run_beam, run_scenes, scenes_physics
 from .stress import run_stress, stress_jobs
@@ -118,7 +118,9 @@ def suite_jobs(cfg, data, out, model_path):
     return jobs + list(beam_jobs(cfg).values()) + stress_jobs(cfg)
 
 
-def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None, **overrides):
+def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None, data_dir=None, **overrides):
+    """`data_dir`: where the evaluation set and the model-free physics are kept (default data/, in
+    the repository: `physics_cache.DATA`); everything that depends on the model goes under `out_dir`."""
     # noise_scenes: the scenes whose noise floor is measured (each costs two reference runs, one
     # at twice the resolution: minutes for a solid)
     if preset not in PRESETS:
@@ -143,7 +145,9 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
         print(f"[evalsuite] {name}: {timings[name]:.0f} s", flush=True)
 
     step("eval set")
-    data = make_eval_set(out / "data", cfg["seed"], cfg["sequences"], cfg["heldout"], cfg["frames"])
+    kept = Path(data_dir) if data_dir else DATA
+    data = make_eval_set(kept / "eval" / preset, cfg["seed"], cfg["sequences"], cfg["heldout"], cfg["frames"],
+                         workers=cfg.get("workers"))
     done("eval set")
 
     # the latent-MLP baseline trains on one worker while the other starts on the physics
@@ -158,7 +162,7 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
             mlp_ok = False
     also = [("latent-MLP baseline", train_mlp_file, (model_path, train_data, cfg["mlp_minutes"], str(mlp_path)))
             ] if not mlp_ok and train_data else []
-    physics = PhysicsCache(out / "physics")
+    physics = PhysicsCache(out / "physics", kept=kept / "physics")
     physics_info = physics.prefetch(suite_jobs(cfg, data, out, model_path), workers=cfg.get("workers"), also=also)
     done("physics and latent-MLP baseline")
 
