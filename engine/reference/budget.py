@@ -49,7 +49,7 @@ class Work:
 # spend 280; each halving is one energy evaluation without a Hessian. Contact makes such failures
 # ordinary (the colliders' closest points and normals are found again at every trial state, so a
 # Newton step computed with one contact set is judged on another): a stiff body (E = 200 kPa)
-# tumbling down a tilted Collision box spent 106 in one substep (issue 44) and 78 in
+# tumbling down a tilted Collision box spent 106 in one substep (issue 44), and 43
 # tools/tumble_scan.py's union. So the cap is 300: every iteration of a substep may fail its line
 # search once before the substep is computed again with more substeps; what grinds is stopped by
 # the contact pairs and cuts, as before.
