@@ -55,7 +55,7 @@ def main(argv=None) -> int:
 
     from engine.core.scene import setup_from_scene
     from engine.evaluation.render import contact_sheet
-    from engine.evaluation.physics_cache import PhysicsCache, scene_job
+    from engine.evaluation.physics_cache import KEPT, PhysicsCache, scene_job
     from engine.evaluation.scene_eval import ground_truth_settings
     from engine.evaluation.scenes import evaluation_scenes
     from engine.evaluation.suite import SMALL_SCENES
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     engines = {"trained": NeurokEngine(path), "prior": NeurokEngine(path)}
     engines["prior"].model.classical_prior()
     rows = {}
-    physics = PhysicsCache(Path(args.physics))
+    physics = PhysicsCache(Path(args.physics), kept=KEPT)   # the ground truth kept in data/physics
     with tempfile.TemporaryDirectory() as tmp:    # Blender's primitives as make eval-small built them, where it did
         meshes = Path(args.physics).parent / "meshes"
         cases, _ = evaluation_scenes(SMALL_SCENES, args.frames, meshes if meshes.is_dir() else Path(tmp))
