@@ -29,7 +29,9 @@ demo: $(STAMP)
 # paths are converged (8 cells along a solid's longest side: the generator's fast 4 cells are another,
 # stiffer body, 0.09 off a dropped blob's converged path; docs/MODEL_CARD.md, "Training data that is the
 # physics"), 32 frames each (training rolls out 3-6 frames from random starts). The folder records its
-# lattice and refuses another. Measured: see docs/MODEL_CARD.md. Resumable: run it again to go on.
+# lattice and refuses another. Measured: see docs/MODEL_CARD.md. Resumable: run it again to go on (after a
+# Ctrl-C or a kill too). The sequences are stamped and compact and kept in git: commit what a session made
+# (README, "Data"); a scene the reference's work budget stops is skipped with one line.
 data: $(STAMP)
 	$(VPY) -m engine generate --out data/train_cloth --sequences 80 --seed 2 --frames 32 --kind cloth --workers 2
 	$(VPY) -m engine generate --out data/train_l8 --sequences 120 --seed 1 --frames 32 --lattice 8 --workers 2
@@ -74,6 +76,8 @@ presets: $(STAMP)
 		--material-base '{"preset": "rubber", "law": "mooney_rivlin", "i2_share": 0.7}'
 	cp runs/presets.ckpt assets/neurok_default.ckpt
 
+# Both read the evaluation sets and the model-free physics kept in data/ (README, "Data") and make only what
+# is missing or stale there; with it all present only the model's own runs are computed.
 eval-small: $(STAMP)
 	$(VPY) -m engine evalsuite --preset small --out eval_out
 

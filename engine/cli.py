@@ -132,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--preset", choices=("small", "full"), default="small")
     ev.add_argument("--out", default="eval_out")
     ev.add_argument("--model")
+    ev.add_argument("--data", help="where the evaluation sets and the model-free physics are kept and made "
+                                   "(default: the repository's data/)")
 
     pt = sub.add_parser("prior-vs-trained", help="a checkpoint against its own classical prior on the held-out scenes "
                                                  "(the rule for bundling a trained model)")
@@ -217,8 +219,9 @@ def cmd_generate(args):
     result = generate(args.out, args.sequences, args.seed, args.shard, args.workers, args.frames, law=law,
                       lattice_cells=args.lattice, kind=args.kind)
     rate = result["sequences_per_minute"]
+    skipped = f", skipped {len(result['skipped'])} (the reference's work budget stopped them)" if result["skipped"] else ""
     print(f"wrote {result['written']} sequences to {args.out} in {result['seconds']:.1f} s"
-          + (f" ({rate:.1f} sequences/minute)" if rate else "") + f"; index {result['index']}")
+          + (f" ({rate:.1f} sequences/minute)" if rate else "") + f"{skipped}; index {result['index']}")
 
 
 def cmd_train(args):
@@ -265,7 +268,7 @@ def cmd_demo(args):
 
 def cmd_evalsuite(args):
     from .evaluation.suite import run_suite
-    run_suite(args.preset, args.out, args.model)
+    run_suite(args.preset, args.out, args.model, data_dir=args.data)
 
 
 def cmd_prior_vs_trained(args):

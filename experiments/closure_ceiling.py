@@ -42,7 +42,7 @@ def main(argv=None) -> int:
 
     from engine.core.scene import setup_from_scene
     from engine.evaluation.metrics import predict
-    from engine.evaluation.physics_cache import PhysicsCache, scene_job
+    from engine.evaluation.physics_cache import KEPT, PhysicsCache, scene_job
     from engine.evaluation.scene_eval import ground_truth_settings
     from engine.evaluation.scenes import evaluation_scenes
     from engine.evaluation.suite import SMALL_SCENES
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     engine = NeurokEngine(args.model or default_model_path())
     engine.model.classical_prior()
-    physics = PhysicsCache(Path(args.physics))
+    physics = PhysicsCache(Path(args.physics), kept=KEPT)   # the ground truth kept in data/physics
     only = None if args.only is None else set(args.only.split(","))
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -20,7 +20,7 @@ def test_small_preset_writes_a_report(tmp_path):
     model = tmp_path / "m.ckpt"
     save_checkpoint(model, NeurokModel())
     docs = tmp_path / "docs"
-    report = run_suite("small", tmp_path / "out", model_path=str(model), docs_dir=docs,
+    report = run_suite("small", tmp_path / "out", model_path=str(model), docs_dir=docs, data_dir=tmp_path / "data",
                        sequences=2, heldout=1, frames=12, mlp_minutes=0.05, long_frames=20,
                        force_scales=(1.0, 100.0), stress_frames=6, resolutions=(300,), truth_max_vertices=400,
                        bench_sizes=(300,), bench_frames=2, scenes=("toy_drop", "torus", "flag_wind"), scene_frames=8,

@@ -44,3 +44,50 @@ def test_the_key_follows_what_decides_the_run(blob):
     moved = type(blob)(blob.vertices + [0.0, 0.0, 1e-3], blob.faces, name=blob.name)
     assert base != job_key(scene_job("reference", moved, _scene(), lattice_cells=3))
     assert base != job_key(scene_job("oracle", blob, _scene(), lattice_cells=3))
+
+
+def _moves_agree(kept, fresh):
+    """Equal to float16 rounding of each frame's move from frame 0 (what a kept file stores)."""
+    moves = np.abs(fresh - fresh[:1])
+    np.testing.assert_array_less(np.abs(kept - fresh), moves * 2.0 ** -11 + 1e-6)
+
+
+def test_kept_answers_are_compact_stamped_and_agree_to_float16_rounding(blob, tmp_path):
+    """The model-free answers a suite keeps in data/physics (issue 44): float16 moves in a
+    compressed npz with the stamp of what made them, read back within float16 rounding."""
+    import json
+    from engine.evaluation.physics_cache import kept_stamp, read_kept_stamp
+    from engine.reference.stamp import PHYSICS_VERSION
+    job = scene_job("reference", blob, _scene(frames=8), lattice_cells=3)
+    oracle = scene_job("oracle", blob, _scene(frames=8), handles=2, lattice_cells=3)
+    cache = PhysicsCache(tmp_path / "models", kept=tmp_path / "kept")
+    assert cache.prefetch([job, oracle], workers=1, quiet=True)["computed"] == 2
+    path = cache.path(job)
+    assert path.parent == tmp_path / "kept" / "reference" and path.name.startswith(blob.name)
+    stamp = read_kept_stamp(path)
+    assert stamp["fingerprint"] == kept_stamp(job)["fingerprint"] and stamp["physics_version"] == PHYSICS_VERSION
+    assert stamp["settings"]["lattice_cells"] == 3 and stamp["settings"]["budget"]["line_search_halvings"] > 0
+    fresh = compute(job)
+    _moves_agree(cache.get(job), fresh)
+    assert path.stat().st_size < 0.6 * fresh.nbytes
+    frames, fault, error, ms, handles = cache.get(oracle)
+    _moves_agree(frames, compute(oracle)[0])
+    assert fault is None and handles == 2 and not list((tmp_path / "models").iterdir())   # nothing model-free there
+    assert json.loads(json.dumps(stamp)) == stamp
+
+
+def test_a_changed_setting_makes_only_its_kept_files_stale(blob, tmp_path, monkeypatch, capsys):
+    from engine.evaluation import physics_cache
+    pinned = scene_job("reference", blob, _scene(), lattice_cells=3)
+    other = scene_job("reference", blob, _scene(gravity=-5.0), lattice_cells=3)
+    cache = PhysicsCache(tmp_path / "models", kept=tmp_path / "kept")
+    assert cache.prefetch([pinned, other], workers=1, quiet=True)["computed"] == 2
+    untouched = cache.path(other).stat().st_mtime_ns
+    finer = scene_job("reference", blob, _scene(), lattice_cells=3, substep=1.0 / 192.0)
+    assert cache.path(finer) == cache.path(pinned) and cache.is_stale(finer)     # found, and stale
+    again = cache.prefetch([finer, other], workers=1)
+    assert again["computed"] == 1 and again["stale"] == 1 and "1 kept answer(s)" in capsys.readouterr().out
+    assert cache.path(other).stat().st_mtime_ns == untouched and cache.has(finer) and not cache.has(pinned)
+    monkeypatch.setattr(physics_cache, "PHYSICS_VERSION", physics_cache.PHYSICS_VERSION + 1)   # the reference changed
+    assert cache.prefetch([finer, other], workers=1, quiet=True) | {"seconds": 0} == {
+        "jobs": 2, "computed": 2, "stale": 2, "seconds": 0}

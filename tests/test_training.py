@@ -260,3 +260,26 @@ def test_a_run_on_cloth_alone_keeps_the_solids_data_range(trained, tmp_path):
     train(cloth, again, init=out, steps=1, seed=SEED, quiet=True, closures=("compression",))
     ranges = load_checkpoint(again)[1]["omega2_range"]
     assert ranges["solid"] == solid_range and "cloth" in ranges
+
+
+def test_data_may_name_a_material_the_initial_checkpoint_learned(tmp_path, monkeypatch, capsys):
+    """Issue 44: scenes that name a learned preset (as a scene made for the add-on's `blender_cloth`
+    does) train from a checkpoint that carries it, both the material alone and the closures;
+    before, the data was read without the checkpoint's learned presets and the run stopped with
+    `unknown material preset "blender_cloth"`."""
+    from engine.core import scene
+    from engine.core.formats import write_sequence
+    from engine.learned.checkpoint import default_model_path
+    monkeypatch.setattr(scene, "LEARNED_PRESETS", {})     # as a fresh `neurok train` process starts
+    monkeypatch.setattr(scene, "_preset_loaders", [])
+    data = tmp_path / "named"
+    generate(data, 2, seed=5, frames=8, quiet=True, kind="cloth")
+    for e in load_index(data):
+        seq = read_sequence(e["path"])
+        seq.material = dict(seq.material, preset="blender_cloth")
+        write_sequence(e["path"], seq)
+    for extra in (["--material", "blender_cloth"], ["--closures", "dissipation"]):
+        out = tmp_path / f"{extra[1]}.ckpt"
+        argv = ["train", "--data", str(data), "--init", str(default_model_path()), "--out", str(out), "--steps", "1"]
+        assert main(argv + extra) == 0, capsys.readouterr().err
+        assert out.is_file()

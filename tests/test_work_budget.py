@@ -137,3 +137,21 @@ def test_cancel_mid_newton_stops_within_a_second():
     delay = time.perf_counter() - stopped["set"]
     print(f"cancel took effect after {delay * 1000:.0f} ms: {info.value}")
     assert delay < 1.0 and "frame 1" in str(info.value)
+
+
+def test_a_body_tumbling_down_a_tilted_collision_box_runs_to_the_floor():
+    """Issue 44: an ordinary contact scene, a stiff body (E = 200 kPa) sliding and tumbling down a
+    tilted Collision box onto the floor, ran out of line-search halvings (106 > 100) at frame 61.
+    Contact makes failed line searches ordinary (tools/tumble_scan.py; engine/reference/budget.py):
+    the budget now lets every Newton iteration of a substep fail one, and this runs to the end."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    from tumble_scan import body_on_ramp, tumble_scene
+    setup = setup_from_scene(body_on_ramp("union", 300), tumble_scene(frames=40))
+    run = ReferenceRun(setup, lattice_cells=4)
+    frames = run.bake()
+    assert len(frames) == 40 and np.isfinite(frames).all()
+    assert frames[-1][:, 2].min() < 0.05 < frames[0][:, 2].min()        # down on the floor
+    assert frames[-1][:, 0].mean() > 0.5                                  # past the ramp's lower end
+    assert run.sim.work_peak.line_search_halvings <= DEFAULT_BUDGET.line_search_halvings

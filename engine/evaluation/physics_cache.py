@@ -12,10 +12,18 @@ kind of run (`PHYSICS_CODE`: a reference run's is the core and the reference; th
 its own file and the subspace's weights); an energy drift under the checkpoint's bytes and all
 of engine/. A run after a change to the model reuses all but the drift; a change to the physics
 code computes again the runs it decides. Delete the folder to start over.
+
+The model-free answers (the reference, the oracle, the noise floor) are kept in the repository
+as well, in data/physics/<kind>/ (issue 44: a fresh machine evaluates in minutes, not hours),
+small: frames as float16 moves from the first frame, in a compressed npz, beside a stamp of what
+made them (`kept_stamp`: the reference's physics version and settings, the source, and the
+oracle's or noise floor's own code). A file whose stamp no longer matches is stale and is made
+again; the others are read as they are.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pickle
@@ -26,11 +34,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.formats import Mesh, read_sequence
+from ..core.formats import Mesh, atomic_write_bytes, read_sequence
 from ..core.progress import ProgressBar
 from ..core.scene import setup_from_scene, setup_from_sequence
+from ..reference.budget import DEFAULT_BUDGET
+from ..reference.simulator import DEFAULT_LATTICE_CELLS, DEFAULT_SUBSTEP
+from ..reference.stamp import PHYSICS_VERSION, digest, mesh_digest, run_settings
 
 ENGINE = Path(__file__).resolve().parent.parent
+DATA = ENGINE.parent / "data"
+KEPT = DATA / "physics"          # the model-free answers, kept in the repository
 # the code that decides each kind of run besides the job itself (a change to the oracle keeps the reference's runs)
 PHYSICS_CODE = {
     "reference": ("core", "reference"),
@@ -38,6 +51,13 @@ PHYSICS_CODE = {
     "noise_floor": ("core", "reference", "evaluation/noise.py", "evaluation/noise_floor.py", "evaluation/rollout.py"),
     "drift": ("",),   # a model's energy drift: all of engine/
 }
+# what decides a kept answer besides the reference (its PHYSICS_VERSION) and the job: that kind's own code
+KEPT_CODE = {
+    "reference": (),
+    "oracle": ("learned/subspace.py", "evaluation/oracle.py", "evaluation/rollout.py"),
+    "noise_floor": ("evaluation/noise.py", "evaluation/noise_floor.py", "evaluation/rollout.py"),
+}
+SETTINGS = ("lattice_cells", "substep")     # options that are the reference's settings, not the job's identity
 
 
 class PhysicsRunFailed(RuntimeError):
@@ -161,25 +181,42 @@ def _single_threaded_worker():
 
 
 class PhysicsCache:
-    """Physics answers kept as `folder/<key>.pkl` (`job_key`)."""
+    """Physics answers kept as `folder/<key>.pkl` (`job_key`); with `kept` (the suite's: KEPT,
+    data/physics), the model-free ones there as stamped compact files (`kept_path`)."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, kept=None):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.kept = Path(kept) if kept is not None else None
+
+    def keeps(self, job: Job) -> bool:
+        return self.kept is not None and job.kind in KEPT_CODE
 
     def path(self, job: Job) -> Path:
-        return self.folder / f"{job_key(job)}.pkl"
+        return kept_path(self.kept, job) if self.keeps(job) else self.folder / f"{job_key(job)}.pkl"
 
     def has(self, job: Job) -> bool:
+        if self.keeps(job):
+            return (read_kept_stamp(self.path(job)) or {}).get("fingerprint") == kept_stamp(job)["fingerprint"]
         return self.path(job).is_file()
+
+    def is_stale(self, job: Job) -> bool:
+        """A kept file for this job that other settings or code made."""
+        return self.keeps(job) and self.path(job).is_file() and not self.has(job)
 
     def _store(self, job: Job, answer):
         path = self.path(job)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if self.keeps(job):
+            atomic_write_bytes(path, encode_kept(job, answer))
+            return
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_bytes(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
         os.replace(tmp, path)
 
     def _load(self, job: Job):
+        if self.keeps(job):
+            return decode_kept(job.kind, self.path(job))
         return pickle.loads(self.path(job).read_bytes())
 
     def get(self, job: Job):
@@ -192,14 +229,18 @@ class PhysicsCache:
         return _checked(answer)
 
     def prefetch(self, jobs, workers=None, quiet=False, also=()) -> dict:
-        """Compute the jobs not yet kept, on `workers` processes (default: one per core),
-        longest first; `also`: (label, function, args) to run on the same processes first (a
-        baseline's training; their answers are dropped). Returns {"jobs", "computed", "seconds"}."""
+        """Compute the jobs not yet kept (or kept stale), on `workers` processes (default: one per
+        core), longest first; `also`: (label, function, args) to run on the same processes first
+        (a baseline's training; their answers are dropped). Returns {"jobs", "computed", "stale", "seconds"}."""
         unique = {job_key(j): j for j in jobs}
-        todo = sorted((j for k, j in unique.items() if not (self.folder / f"{k}.pkl").is_file()),
-                      key=lambda j: -j.cost())
+        todo = sorted((j for j in unique.values() if not self.has(j)), key=lambda j: -j.cost())
+        stale = sum(self.is_stale(j) for j in todo)
+        if stale and not quiet:
+            print(f"physics: {stale} kept answer(s) were made by other settings or code (stale): computing them again",
+                  flush=True)
+        kept = str(self.kept) if self.kept is not None else None
         tasks = [(label, fn, args) for label, fn, args in also] + [
-            (j.kind, _compute_and_store, (str(self.folder), j)) for j in todo]
+            (j.kind, _compute_and_store, (str(self.folder), kept, j)) for j in todo]
         t0 = time.perf_counter()
         workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
         bar = None if quiet or not tasks else ProgressBar(len(tasks), f"physics ({len(todo)} runs, {workers} processes)")
@@ -217,11 +258,111 @@ class PhysicsCache:
                     bar.update(1, postfix=label)
         if bar:
             bar.close()
-        return {"jobs": len(unique), "computed": len(todo), "seconds": round(time.perf_counter() - t0, 1)}
+        return {"jobs": len(unique), "computed": len(todo), "stale": stale,
+                "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def _compute_and_store(folder, job):
-    PhysicsCache(folder)._store(job, compute(job))
+def _compute_and_store(folder, kept, job):
+    PhysicsCache(folder, kept)._store(job, compute(job))
+
+
+# --------------------------------------------------------------------------- the kept answers
+
+def source_digest(job: Job) -> str:
+    """What the job runs on: the mesh and scene, or the arrays of the sequence file (not its bytes,
+    which carry the time it was written)."""
+    if job.source[0] == "sequence":
+        with np.load(job.source[1], allow_pickle=False) as z:
+            return digest(*[[k, z[k]] for k in sorted(z.files)])
+    _, mesh, scene = job.source
+    return digest(mesh_digest(mesh.vertices, mesh.faces), scene)
+
+
+def job_label(job: Job) -> str:
+    name = Path(job.source[1]).stem if job.source[0] == "sequence" else (job.source[1].name or "mesh")
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in str(name))[:40]
+
+
+def kept_path(folder, job: Job) -> Path:
+    """data/physics/<kind>/<label>_<identity>.npz: the identity is the job without the reference's
+    settings, so a changed setting finds the file it makes stale (and replaces it)."""
+    options = {k: v for k, v in job.options.items() if k not in SETTINGS}
+    identity = digest(job.kind, options, source_digest(job))[:12]
+    return Path(folder) / job.kind / f"{job_label(job)}_{identity}.npz"
+
+
+def kept_stamp(job: Job) -> dict:
+    """What makes a kept answer: the reference's physics version and settings, the job and its
+    source, and the kind's own code (`KEPT_CODE`)."""
+    settings = run_settings(job.options.get("lattice_cells", DEFAULT_LATTICE_CELLS),
+                            job.options.get("substep", DEFAULT_SUBSTEP), DEFAULT_BUDGET)
+    stamp = {"kind": job.kind, "physics_version": PHYSICS_VERSION, "settings": settings,
+             "options": {k: v for k, v in job.options.items() if k not in SETTINGS},
+             "source": source_digest(job), "code": code_version(KEPT_CODE[job.kind]) if KEPT_CODE[job.kind] else None}
+    stamp["fingerprint"] = digest(stamp)
+    return stamp
+
+
+def read_kept_stamp(path) -> dict | None:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return json.loads(str(z["stamp"]))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _frames_arrays(frames) -> dict:
+    frames = np.asarray(frames, np.float32)
+    return {"start": frames[0], "moves": (frames - frames[0]).astype(np.float16)}
+
+
+def _frames_from(z) -> np.ndarray:
+    return (z["start"][None].astype(np.float32) + z["moves"].astype(np.float32)).astype(np.float32)
+
+
+def encode_kept(job: Job, answer) -> bytes:
+    """A kept answer as compressed npz bytes: the stamp, the frames (float16 moves from frame 0) and
+    the rest as JSON."""
+    arrays, info = {}, {}
+    if isinstance(answer, PhysicsRunFailed):
+        info["failed"] = str(answer)
+    elif job.kind == "reference":
+        arrays.update(_frames_arrays(answer))
+    elif job.kind == "oracle":
+        frames, fault, error, ms, handles = answer
+        arrays.update(_frames_arrays(frames))
+        info.update(fault=fault, error=error, ms_per_frame=ms, handles=handles)
+    else:
+        info["answer"] = answer
+    stamp = dict(kept_stamp(job), label=job_label(job), made=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    buf = io.BytesIO()
+    np.savez_compressed(buf, stamp=np.array(json.dumps(stamp)), info=np.array(json.dumps(_plain(info))), **arrays)
+    return buf.getvalue()
+
+
+def decode_kept(kind: str, path):
+    with np.load(path, allow_pickle=False) as z:
+        info = json.loads(str(z["info"]))
+        if "failed" in info:
+            return PhysicsRunFailed(info["failed"])
+        if kind == "reference":
+            return _frames_from(z)
+        if kind == "oracle":
+            return _frames_from(z), info["fault"], info["error"], info["ms_per_frame"], info["handles"]
+        return info["answer"]
+
+
+def _plain(value):
+    """JSON-ready: numpy numbers and arrays as Python ones."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def scene_job(kind, mesh: Mesh, scene: dict, **options) -> Job:

@@ -52,7 +52,7 @@ def prior_vs_trained(model=None, frames: int = 36, physics="eval_out/small/physi
     from ..learned.checkpoint import default_model_path
     from ..learned.runtime import NeurokEngine
     from .metrics import predict
-    from .physics_cache import PhysicsCache, scene_job
+    from .physics_cache import KEPT, PhysicsCache, scene_job
     from .render import contact_sheet
     from .scene_eval import ground_truth_settings
     from .scenes import evaluation_scenes
@@ -65,7 +65,7 @@ def prior_vs_trained(model=None, frames: int = 36, physics="eval_out/small/physi
     engines = {"trained": NeurokEngine(path), "prior": NeurokEngine(path)}
     engines["prior"].model.classical_prior()
     rows = {}
-    cache = PhysicsCache(Path(physics))
+    cache = PhysicsCache(Path(physics), kept=KEPT)   # the ground truth kept in data/physics
     with tempfile.TemporaryDirectory() as tmp:    # Blender's primitives as make eval-small built them, where it did
         meshes = Path(physics).parent / "meshes"
         cases, _ = evaluation_scenes(SMALL_SCENES, frames, meshes if meshes.is_dir() else Path(tmp))

@@ -31,13 +31,13 @@ import numpy as np
 from ..api import default_model_path
 from ..core.formats import NeurokError
 from ..core.progress import ProgressBar
-from ..training.generate import HELDOUT_FAMILIES, load_index, make_sequences
+from ..training.generate import GENERATOR_LATTICE, HELDOUT_FAMILIES, DataSetPlan, load_index, make_sequences
 from ..training.shapes import FAMILIES
 from .ablations import run_ablations
 from .baselines import load_latent_mlp, model_training_data, train_latent_mlp
 from .bench import bench
 from .metrics import drift_jobs, eval_jobs, evaluate, write_json
-from .physics_cache import PhysicsCache
+from .physics_cache import DATA, PhysicsCache
 from .report import write_report
 from .scene_eval import EVALUATION_LATTICE, beam_jobs, run_beam, run_scenes, scenes_physics
 from .stress import run_stress, stress_jobs
@@ -89,22 +89,18 @@ def pick_indices(seed, sequences, heldout):
 
 
 def make_eval_set(out, seed, sequences, heldout, frames, workers=None, quiet=False):
-    """Generate (or resume) the chosen sequences into `out` with an `index.json`."""
+    """Generate (or resume) the chosen sequences into `out` with an `index.json`: sequences whose
+    stamp still matches are kept, missing and stale ones made (`generate.DataSetPlan`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    index_path = out / "index.json"
-    entries = {}
-    if index_path.is_file():
-        for e in json.loads(index_path.read_text())["sequences"]:
-            if (out / e["file"]).is_file() and e.get("frames") == frames:
-                entries[e["file"]] = e
     indices = pick_indices(seed, sequences, heldout)
-    todo = [i for i in indices if f"seq_{i:05d}.npz" not in entries]
+    plan = DataSetPlan(out, out / "index.json", seed, max(indices) + 1, None, GENERATOR_LATTICE)
+    plan.settle(indices, frames, 1.0 / 24.0)
+    todo = list(plan.todo)
     workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
-    bar = None if quiet else ProgressBar(len(todo), f"eval set ({len(todo)} to make)")
-    make_sequences(out, seed, todo, frames, 1.0 / 24.0, workers, index_path, max(indices) + 1, None, entries, bar)
+    bar = None if quiet or not todo else ProgressBar(len(todo), f"eval set ({len(todo)} to make)")
+    make_sequences(plan, todo, frames, 1.0 / 24.0, workers, bar)
     return out
-
 
 
 # =========================================================================== the suite
@@ -122,7 +118,9 @@ def suite_jobs(cfg, data, out, model_path):
     return jobs + list(beam_jobs(cfg).values()) + stress_jobs(cfg)
 
 
-def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None, **overrides):
+def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None, data_dir=None, **overrides):
+    """`data_dir`: where the evaluation set and the model-free physics are kept (default data/, in
+    the repository: `physics_cache.DATA`); everything that depends on the model goes under `out_dir`."""
     # noise_scenes: the scenes whose noise floor is measured (each costs two reference runs, one
     # at twice the resolution: minutes for a solid)
     if preset not in PRESETS:
@@ -147,7 +145,9 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
         print(f"[evalsuite] {name}: {timings[name]:.0f} s", flush=True)
 
     step("eval set")
-    data = make_eval_set(out / "data", cfg["seed"], cfg["sequences"], cfg["heldout"], cfg["frames"])
+    kept = Path(data_dir) if data_dir else DATA
+    data = make_eval_set(kept / "eval" / preset, cfg["seed"], cfg["sequences"], cfg["heldout"], cfg["frames"],
+                         workers=cfg.get("workers"))
     done("eval set")
 
     # the latent-MLP baseline trains on one worker while the other starts on the physics
@@ -162,7 +162,7 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
             mlp_ok = False
     also = [("latent-MLP baseline", train_mlp_file, (model_path, train_data, cfg["mlp_minutes"], str(mlp_path)))
             ] if not mlp_ok and train_data else []
-    physics = PhysicsCache(out / "physics")
+    physics = PhysicsCache(out / "physics", kept=kept / "physics")
     physics_info = physics.prefetch(suite_jobs(cfg, data, out, model_path), workers=cfg.get("workers"), also=also)
     done("physics and latent-MLP baseline")
 

@@ -11,17 +11,21 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..core.formats import NeurokError, atomic_write_text, read_sequence, write_sequence
 from ..core.progress import ProgressBar
-from ..reference.simulator import ReferenceSimulator
 from ..core.scene import resolve_material, setup_from_scene
 from ..core.setup import Setup
+from ..reference.budget import WorkBudgetExceeded
+from ..reference.simulator import ReferenceSimulator
+from ..reference.stamp import reference_stamp, run_settings
 from .shapes import FAMILIES, SHEET_FAMILIES, make_shape
 
 HELDOUT_FAMILIES = ("capsule", "torus")
@@ -188,9 +192,22 @@ def simulate_random_scene(rng, mesh, kind, frames, dt, law=None, lattice_cells=G
     substep on a lattice of `lattice_cells` (`law`: a solid law other than neo-Hookean, e.g.
     {"law": "mooney_rivlin", "i2_share": 0.7}). Returns (scenario name, Setup with vertex masses,
     positions [T,N,3])."""
+    scenario, scene = draw_scene(rng, mesh, kind, frames, dt, law)
+    setup, positions = simulate_scene(mesh, scene, lattice_cells)
+    return scenario, setup, positions
+
+
+def draw_scene(rng, mesh, kind, frames, dt, law=None):
+    """`random_scene` with the data set's solid law applied (a twist stays in the scene as "twist")."""
     scenario, scene = random_scene(rng, mesh, kind, frames, dt)
     if law:
         scene["material"] = resolve_material({**scene["material"], **law})
+    return scenario, scene
+
+
+def simulate_scene(mesh, scene, lattice_cells=GENERATOR_LATTICE):
+    """Run a drawn scene with the reference at the generator's substep: (Setup with vertex masses, positions)."""
+    scene = dict(scene)
     twist = scene.pop("twist", None)
     setup = setup_from_scene(mesh, scene)
     if twist is not None:
@@ -198,7 +215,7 @@ def simulate_random_scene(rng, mesh, kind, frames, dt, law=None, lattice_cells=G
     sim = ReferenceSimulator(setup, lattice_cells=lattice_cells, substep=GENERATOR_SUBSTEP)
     positions = np.stack(list(sim.iter_frames()))
     setup.vertex_mass = sim.vertex_mass
-    return scenario, setup, positions
+    return setup, positions
 
 
 def family_choices(law=None, kind=None) -> list[str]:
@@ -210,34 +227,70 @@ def family_choices(law=None, kind=None) -> list[str]:
     return list(FAMILIES)
 
 
+@dataclass
+class Draw:
+    """Everything sequence `index` of a data set is made from, before it is simulated (cheap)."""
+    index: int
+    family: str
+    kind: str
+    mesh: object
+    scenario: str
+    scene: dict
+    split: str
+    stamp: dict
+
+    @property
+    def file(self) -> str:
+        return f"seq_{self.index:05d}.npz"
+
+
+def draw_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.0, target_vertices=(300, 1200),
+                  law=None, lattice_cells=GENERATOR_LATTICE, kind=None) -> Draw:
+    """The shape, scene and split of sequence `index` (all from `default_rng([seed, index])`) and
+    the stamp of what its frames will be made from (`reference.stamp`)."""
+    rng = np.random.default_rng([seed, index])
+    family = str(rng.choice(family_choices(law, kind)))
+    kind = "cloth" if family in SHEET_FAMILIES else "solid"
+    mesh = make_shape(family, rng, int(rng.integers(*target_vertices)))
+    scenario, scene = draw_scene(rng, mesh, kind, frames, dt, law)
+    split = "heldout" if family in HELDOUT_FAMILIES else ("validation" if rng.random() < VALIDATION_SHARE else "train")
+    stamp = reference_stamp(mesh.vertices, mesh.faces, scene, run_settings(lattice_cells, GENERATOR_SUBSTEP))
+    return Draw(index, family, kind, mesh, scenario, scene, split, stamp)
+
+
 def make_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.0, target_vertices=(300, 1200),
                   law=None, lattice_cells=GENERATOR_LATTICE, kind=None):
     """Build and simulate sequence `index` of a data set; returns (Sequence, index entry).
     `law` (see `simulate_random_scene`): solids only, all made of that law. `kind`: only solids
     or only cloth (a closure of one kind's dynamics needs more of its sequences than the mix has)."""
-    rng = np.random.default_rng([seed, index])
-    families = family_choices(law, kind)
-    family = str(rng.choice(families))
-    kind = "cloth" if family in SHEET_FAMILIES else "solid"
-    mesh = make_shape(family, rng, int(rng.integers(*target_vertices)))
-    scenario, setup, positions = simulate_random_scene(rng, mesh, kind, frames, dt, law, lattice_cells)
-    split = "heldout" if family in HELDOUT_FAMILIES else ("validation" if rng.random() < VALIDATION_SHARE else "train")
+    d = draw_sequence(seed, index, frames, dt, target_vertices, law, lattice_cells, kind)
+    setup, positions = simulate_scene(d.mesh, d.scene, lattice_cells)
     meta = {"source": "neurok generate", "simulator": "reference", "seed": seed, "index": index,
-            "family": family, "scenario": scenario, "split": split, "lattice_cells": lattice_cells}
-    seq = setup.to_sequence(positions, meta)
-    entry = {"file": f"seq_{index:05d}.npz", "family": family, "scenario": scenario, "split": split,
-             "kind": kind, "vertices": int(len(mesh.vertices)), "frames": frames}
-    return seq, entry
+            "family": d.family, "scenario": d.scenario, "split": d.split, "lattice_cells": lattice_cells,
+            "stamp": d.stamp}
+    return setup.to_sequence(positions, meta), entry_for(d, len(d.mesh.vertices), frames)
+
+
+def entry_for(d: Draw, vertices: int, frames: int) -> dict:
+    return {"file": d.file, "family": d.family, "scenario": d.scenario, "split": d.split, "kind": d.kind,
+            "vertices": int(vertices), "frames": int(frames), "stamp": d.stamp["fingerprint"]}
 
 
 def _worker(args):
+    """Make and write one sequence: its index entry, or {"skipped": ...} when the reference's work
+    budget stopped it (that scene grinds; the data set goes on without it)."""
     out, seed, index, frames, dt, law, lattice_cells, kind = args
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     t0 = time.perf_counter()
-    seq, entry = make_sequence(seed, index, frames, dt, law=law, lattice_cells=lattice_cells, kind=kind)
+    try:
+        seq, entry = make_sequence(seed, index, frames, dt, law=law, lattice_cells=lattice_cells, kind=kind)
+    except WorkBudgetExceeded as stopped:
+        d = draw_sequence(seed, index, frames, dt, law=law, lattice_cells=lattice_cells, kind=kind)
+        return {"skipped": d.file, "family": d.family, "scenario": d.scenario, "stamp": d.stamp["fingerprint"],
+                "reason": str(stopped)}
     if not np.all(np.isfinite(seq.positions)):
         raise NeurokError(f"sequence {index} produced NaN")
-    write_sequence(Path(out) / entry["file"], seq)
+    write_sequence(Path(out) / entry["file"], seq, compact=True)
     entry["seconds"] = round(time.perf_counter() - t0, 3)
     return entry
 
@@ -260,60 +313,134 @@ def generate(out, sequences: int, seed: int, shard: str | None = None, workers: 
     """Write sequences [shard part of 0..sequences) to `out` with an index file; resumable.
     `law`: every sequence a solid of that law (`make_sequence`). `lattice_cells`: the reference's
     lattice for solids (None: GENERATOR_LATTICE; `CONVERGED_LATTICE` for data a model is judged on;
-    a folder holds one). `kind`: "solid" or "cloth" only (None: the mix of every family)."""
+    a folder holds one). `kind`: "solid" or "cloth" only (None: the mix of every family).
+    A sequence whose stamp (`reference.stamp`) still matches is kept; a stale one is made again; a
+    scene the reference's work budget stops is skipped with one line on stderr."""
     lattice_cells = lattice_cells or GENERATOR_LATTICE
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     i, n = parse_shard(shard)
     index_path = out / ("index.json" if n == 1 else f"index-{i}-of-{n}.json")
-    entries = {}
-    for other in sorted(out.glob("index*.json")):
+    check_lattice(out, lattice_cells)
+    plan = DataSetPlan(out, index_path, seed, sequences, shard, lattice_cells)
+    plan.settle(range(i, sequences, n), frames, dt, law, kind)
+    bar = None if quiet or not plan.todo else ProgressBar(len(plan.todo), "generate")
+    t0 = time.perf_counter()
+    todo = list(plan.todo)
+    make_sequences(plan, todo, frames, dt, workers, bar, law, kind)
+    elapsed = time.perf_counter() - t0
+    return {"written": len(todo) - len(plan.skipped_now), "skipped": list(plan.skipped_now), "stale": plan.stale,
+            "seconds": elapsed, "index": str(index_path),
+            "sequences_per_minute": 60.0 * len(todo) / elapsed if todo and elapsed > 0 else None}
+
+
+def check_lattice(out, lattice_cells):
+    for other in sorted(Path(out).glob("index*.json")):
         made = json.loads(other.read_text()).get("lattice_cells", GENERATOR_LATTICE)
         if made != lattice_cells:
             raise NeurokError(f"{out} holds sequences made on a {made}-cell lattice; this run asks for "
                               f"{lattice_cells} (use another folder, or --lattice {made} to go on)")
-    if index_path.is_file():
-        for e in json.loads(index_path.read_text())["sequences"]:
-            if (out / e["file"]).is_file():
-                entries[e["file"]] = e
-    todo = [k for k in range(i, sequences, n) if f"seq_{k:05d}.npz" not in entries]
-    bar = None if quiet else ProgressBar(len(todo), "generate")
-    t0 = time.perf_counter()
-    make_sequences(out, seed, todo, frames, dt, workers, index_path, sequences, shard, entries, bar, law, lattice_cells, kind)
-    elapsed = time.perf_counter() - t0
-    return {"written": len(todo), "seconds": elapsed, "index": str(index_path),
-            "sequences_per_minute": 60.0 * len(todo) / elapsed if todo and elapsed > 0 else None}
 
 
-def make_sequences(out, seed, todo, frames, dt, workers, index_path, total, shard, entries, bar=None, law=None,
-                   lattice_cells=GENERATOR_LATTICE, kind=None):
-    """Simulate and write sequences `todo` (indices), on `workers` processes, recording each in
-    `entries` and the index file as it finishes (so an interrupted run resumes)."""
-    jobs = [(str(out), seed, k, frames, dt, law, lattice_cells, kind) for k in todo]
+class DataSetPlan:
+    """A data folder's index as a run goes: the sequences kept (their stamps match what this run
+    would make), the scenes skipped before (the work budget stopped them under the same stamp),
+    and what is left to make (`todo`: missing or stale). Written after every sequence, so an
+    interrupted run, even a killed one, resumes where it stopped."""
 
-    def record(entry):
-        entries[entry["file"]] = entry
-        _write_index(index_path, seed, total, shard, entries, lattice_cells)
+    def __init__(self, out, index_path, seed, total, shard, lattice_cells):
+        self.out, self.index_path, self.seed, self.total = Path(out), Path(index_path), seed, total
+        self.shard, self.lattice_cells = shard, lattice_cells
+        listed = json.loads(self.index_path.read_text()) if self.index_path.is_file() else {}
+        self.entries = {e["file"]: e for e in listed.get("sequences", []) if (self.out / e["file"]).is_file()}
+        self.skipped = dict(listed.get("skipped", {}))
+        self.todo, self.stale, self.skipped_now = [], 0, []
+
+    def settle(self, indices, frames, dt, law=None, kind=None):
+        """Sort `indices` into kept, skipped before, and `todo`; count the stale ones."""
+        for k in indices:
+            d = draw_sequence(self.seed, k, frames, dt, law=law, lattice_cells=self.lattice_cells, kind=kind)
+            fingerprint = d.stamp["fingerprint"]
+            if self.entries.get(d.file, {}).get("stamp") == fingerprint:
+                continue
+            if self.skipped.get(d.file, {}).get("stamp") == fingerprint:
+                self.entries.pop(d.file, None)
+                continue
+            adopted = self._adopt(d, frames)
+            if adopted:
+                self.entries[d.file] = adopted
+                continue
+            self.stale += int(d.file in self.entries or (self.out / d.file).is_file())
+            self.entries.pop(d.file, None)
+            self.skipped.pop(d.file, None)
+            self.todo.append(k)
+        if self.stale:
+            print(f"generate: {self.stale} sequence(s) in {self.out} were made from other settings or code (stale); "
+                  "making them again", file=sys.stderr)
+
+    def _adopt(self, d, frames):
+        """The entry of a file a stopped run wrote before it could list it, if its stamp matches."""
+        path = self.out / d.file
+        if not path.is_file():
+            return None
+        try:
+            seq = read_sequence(path)
+        except NeurokError:
+            return None
+        if seq.meta.get("stamp", {}).get("fingerprint") != d.stamp["fingerprint"]:
+            return None
+        return entry_for(d, seq.rest.shape[0], seq.frames)
+
+    def record(self, result, bar=None):
+        if "skipped" in result:
+            name = result.pop("skipped")
+            self.skipped[name] = result
+            self.skipped_now.append(name)
+            print(("\n" if bar else "") + f"generate: skipped {name} ({result['family']}/{result['scenario']}): {result['reason']}",
+                  file=sys.stderr, flush=True)
+        else:
+            self.entries[result["file"]] = result
+        self.write()
         if bar:
-            bar.update(1, postfix=f"{entry['family']}/{entry['scenario']}")
+            bar.update(1, postfix=f"{result['family']}/{result['scenario']}")
 
-    if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for entry in pool.map(_worker, jobs):
-                record(entry)
-    else:
-        for job in jobs:
-            record(_worker(job))
-    if bar:
-        bar.close()
-    _write_index(index_path, seed, total, shard, entries, lattice_cells)
+    def write(self):
+        body = {"format": "neurok.dataset/1", "seed": self.seed,
+                "sequences": sorted(self.entries.values(), key=lambda e: e["file"]),
+                "total": self.total, "shard": self.shard or "0/1", "heldout_families": list(HELDOUT_FAMILIES),
+                "lattice_cells": self.lattice_cells, "skipped": dict(sorted(self.skipped.items()))}
+        atomic_write_text(self.index_path, json.dumps(body, indent=1))
 
 
-def _write_index(path, seed, sequences, shard, entries, lattice_cells=GENERATOR_LATTICE):
-    body = {"format": "neurok.dataset/1", "seed": seed, "sequences": sorted(entries.values(), key=lambda e: e["file"]),
-            "total": sequences, "shard": shard or "0/1", "heldout_families": list(HELDOUT_FAMILIES),
-            "lattice_cells": lattice_cells}
-    atomic_write_text(path, json.dumps(body, indent=1))
+def make_sequences(plan: DataSetPlan, todo, frames, dt, workers, bar=None, law=None, kind=None):
+    """Simulate and write sequences `todo` (indices), on `workers` processes, recording each in
+    the plan's index as it finishes (so an interrupted run resumes)."""
+    jobs = [(str(plan.out), plan.seed, k, frames, dt, law, plan.lattice_cells, kind) for k in todo]
+    try:
+        if workers > 1 and len(jobs) > 1:
+            _run_in_pool(jobs, workers, lambda result: plan.record(result, bar))
+        else:
+            for job in jobs:
+                plan.record(_worker(job), bar)
+    finally:
+        if bar:
+            bar.close()
+        plan.write()
+
+
+def _run_in_pool(jobs, workers, record):
+    """Each result recorded as it comes; on an interrupt the queued jobs are dropped and the
+    workers stopped (their sequences in progress are lost, the finished ones are on disk)."""
+    pool = ProcessPoolExecutor(max_workers=workers)
+    try:
+        for done in as_completed([pool.submit(_worker, job) for job in jobs]):
+            record(done.result())
+    except BaseException:
+        for process in list((pool._processes or {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def load_index(data_dir) -> list[dict]:

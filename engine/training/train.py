@@ -34,7 +34,7 @@ from ..core.errors import NeurokError, SimulationFault
 from ..core.formats import read_sequence
 from ..core.physics import material_omega2
 from ..core.progress import ProgressBar
-from ..core.scene import MATERIAL_PRESETS, resolve_material, setup_from_sequence
+from ..core.scene import MATERIAL_PRESETS, register_learned_presets, resolve_material, setup_from_sequence
 from ..learned.checkpoint import default_model_path, load_state, model_for_payload, read_payload, save_checkpoint
 from ..learned.integrators import differentiable_step
 from ..learned.latent_scene import LatentScene
@@ -218,6 +218,8 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
         params = [material_parameters(model, material, data, learn, material_base)]
     else:
         params = trainable_parameters(model, fit_weights, closures)
+    # the data's scenes may name any material the model knows, learned ones included (and the one being learned)
+    register_learned_presets(model.energy.preset_materials)
     # a run from `init` keeps the record of the learned materials it carries on
     # (and of the closures it learned: a run records those and its own; and of the data ranges)
     kept = {k: v for k, v in json.loads(read_payload(init).get("meta", "{}")).items()

@@ -1,0 +1,49 @@
+"""The fingerprint of what made a reference run's frames: the reference's physics version and
+settings (lattice, substep, work budget), the mesh and the scene. Files that keep such frames
+(training sequences, the evaluation's ground truth in data/) carry it, so a later run reuses a
+file only while nothing that decides it has changed, and makes again only the stale ones.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+
+from .budget import DEFAULT_BUDGET
+
+# Bump when a change to the reference simulator, or to how a scene becomes a Setup (engine/core),
+# changes the frames it makes: every stamped file is then stale and is made again.
+# (tests/test_data_cache.py holds one stored rollout against a fresh one: a change that forgets
+# this fails there.)
+PHYSICS_VERSION = 1
+
+
+def digest(*parts) -> str:
+    """A short hash of strings, JSON-able values and arrays."""
+    h = hashlib.sha1()
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            h.update(str((part.dtype.str, part.shape)).encode())
+            h.update(np.ascontiguousarray(part).tobytes())
+        else:
+            h.update(json.dumps(part, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:20]
+
+
+def mesh_digest(vertices, faces) -> str:
+    return digest(np.asarray(vertices, np.float64), np.asarray(faces, np.int64))
+
+
+def run_settings(lattice_cells: int, substep: float, budget=DEFAULT_BUDGET) -> dict:
+    """The reference's settings that decide its frames."""
+    return {"lattice_cells": int(lattice_cells), "substep": float(substep),
+            "budget": budget.as_dict() if budget is not None else None}
+
+
+def reference_stamp(vertices, faces, scene: dict, settings: dict) -> dict:
+    """What made a run: physics version, settings, mesh and scene digests, and one fingerprint of them all."""
+    stamp = {"physics_version": PHYSICS_VERSION, "settings": settings, "mesh": mesh_digest(vertices, faces),
+             "scene": digest(scene)}
+    stamp["fingerprint"] = digest(stamp)
+    return stamp
