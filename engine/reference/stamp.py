@@ -16,7 +16,7 @@ from .budget import DEFAULT_BUDGET
 # changes the frames it makes: every stamped file is then stale and is made again.
 # (tests/test_data_cache.py holds one stored rollout against a fresh one: a change that forgets
 # this fails there.)
-PHYSICS_VERSION = 1
+PHYSICS_VERSION = 2   # 2: Coulomb friction on the floor and colliders; cut lattice cells strained at their inside centroid
 
 
 def digest(*parts) -> str:
