@@ -87,15 +87,14 @@ def changed(old, new, share: float = 0.1) -> bool:
     return abs(a - b) > share * max(a, b)
 
 
-def coulomb_terms(contacts: FrictionContacts, x, x_prev, h: float, length_unit: float = 1.0):
-    """(energy, gradient [A,3], Hessian blocks [A,3,3]) of the friction potential at points x
-    (positions at the step's start: x_prev), per contact; `length_unit`: metres per unit of x
-    (the slip threshold is a speed in m/s)."""
+def coulomb_terms(contacts: FrictionContacts, x, x_prev, h: float):
+    """(energy, gradient [A,3], Hessian blocks [A,3,3]) of the friction potential at points x [P,3]
+    (metres; positions at the step's start: x_prev), per contact."""
     i, n = contacts.index, contacts.normal
     slide = x[i] - x_prev[i] - contacts.surface_slide
     u = slide - np.einsum("ai,ai->a", slide, n)[:, None] * n
     y = np.linalg.norm(u, axis=1)
-    f0, f1_over_y, f1_prime = smoothed_slide(y, FRICTION_SLIP_SPEED * h / length_unit)
+    f0, f1_over_y, f1_prime = smoothed_slide(y, FRICTION_SLIP_SPEED * h)
     w = contacts.weight
     unit = u / np.maximum(y, 1e-300)[:, None]
     uu = np.einsum("ai,aj->aij", unit, unit)
