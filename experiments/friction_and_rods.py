@@ -1,6 +1,6 @@
 """Figures of issue 43: Coulomb friction and hanging rods, in both engines.
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/issue43_figures.py
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/friction_and_rods.py
 
 Prints what tests/test_friction.py and tests/test_stiffness.py assert, with the numbers:
 - a 0.2 x 0.2 x 0.1 m block sent at 2 m/s along the floor with mu = 0.5: where it stops
@@ -12,19 +12,31 @@ The scenes are the tests' own (imported from tests/). About 1-2 minutes.
 """
 from __future__ import annotations
 
-import sys
+import argparse
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
-def main() -> int:
+def test_module(name):
+    """A module of tests/ loaded by its path (the scenes are the tests' own)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv=None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     import torch
-    from test_friction import G, SLOPE, ramp_setup, rollout, sliding_setup
-    from test_stiffness import DENSITY, LENGTH, RODS, STIFFNESS, rod_setup, sag
+    friction, stiffness = test_module("test_friction"), test_module("test_stiffness")
+    G, SLOPE, ramp_setup, rollout, sliding_setup = (friction.G, friction.SLOPE, friction.ramp_setup, friction.rollout,
+                                                    friction.sliding_setup)
+    DENSITY, LENGTH, RODS, STIFFNESS, rod_setup, sag = (stiffness.DENSITY, stiffness.LENGTH, stiffness.RODS,
+                                                         stiffness.STIFFNESS, stiffness.rod_setup, stiffness.sag)
     from engine.api import open_engine
     from engine.reference.simulator import ReferenceSimulator
     torch.set_num_threads(1)

@@ -1,6 +1,6 @@
 """Pinned solids that swing (issue 43): the learned engine and the oracle against the reference.
 
-    OMP_NUM_THREADS=1 .venv/bin/python tools/issue43_swing.py [cylinder] [cone]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/pinned_swing.py [cylinder] [cone]
 
 - cylinder: the coarse 24-segment cylinder of tests/test_stiffness.py (0.1 m across, 0.5 m long,
   E = 200 kPa, no damping) held by its top cap and started at 0.8 m/s sideways, 48 frames; the
@@ -13,13 +13,21 @@ reference's, and their mean distance from it over hold-still's.
 """
 from __future__ import annotations
 
-import sys
+import argparse
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+
+def test_module(name):
+    """A module of tests/ loaded by its path (the scenes are the tests' own)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def cone(segments=32, rings=3, radius=1.0, depth=2.0):
@@ -44,7 +52,7 @@ def cone(segments=32, rings=3, radius=1.0, depth=2.0):
 
 
 def cases():
-    from test_stiffness import cylinder
+    cylinder = test_module("test_stiffness").cylinder
     swing = {"format": "neurok.scene/1", "frames": 48, "dt": 1 / 24,
              "material": {"kind": "solid", "stiffness": 2e5, "density": 1000, "poisson": 0.3, "damping": 0.0,
                           "air_damping": 0.0},
@@ -85,7 +93,9 @@ def measure(name, mesh, scene, part, handles):
 def main(argv=None) -> int:
     import torch
     torch.set_num_threads(1)
-    wanted = (argv if argv is not None else sys.argv[1:]) or ["cylinder", "cone"]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenes", nargs="*", default=["cylinder", "cone"])
+    wanted = parser.parse_args(argv).scenes
     for name, (mesh, scene, part, handles) in cases().items():
         if name in wanted:
             measure(name, mesh, scene, part, handles)
