@@ -321,10 +321,10 @@ def _stretch_once(run, frames, factor=2.5):
     real, calls = run._frame, {}
     stretched = run.scene.encode(run.scene.sub.rest * factor)
 
-    def step(f, q, qd, substeps):
+    def step(f, state, substeps):
         calls[f] = calls.get(f, 0) + 1
-        q, qd = real(f, q, qd, substeps)
-        return (q + stretched, qd) if f in frames and calls[f] == 1 else (q, qd)
+        q, qd, x, v = real(f, state, substeps)
+        return (q + stretched, qd, x, v) if f in frames and calls[f] == 1 else (q, qd, x, v)
 
     run._frame = step
     return calls

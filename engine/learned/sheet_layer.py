@@ -98,7 +98,11 @@ class SheetLayer:
                                shape=(count, len(rest)))          # edge vectors: D x
         self.Q = bending_matrix(rest, faces) * material["bending"]
         diagonal = float(np.linalg.norm(np.ptp(rest, axis=0))) or 1.0
-        self.pin_k = pin_stiffness(np.asarray(setup.pin_weight, np.float64), self.mass, material, diagonal)
+        # the pins hold the whole sheet: their springs share its mass, not only their vertices' own
+        # (with their own, a wind-blown sheet of 400 vertices pulled its pinned edge 1.5 mm)
+        weight = np.asarray(setup.pin_weight, np.float64)
+        held_share = float(self.mass[weight > 0].sum() / self.mass.sum()) if (weight > 0).any() else 1.0
+        self.pin_k = pin_stiffness(weight, self.mass / min(1.0, held_share), material, diagonal)
         self.air = material.get("air_damping", 0.0)
         self.beta = material.get("damping", 0.0)
         self.colliders = list(setup.colliders or [])
