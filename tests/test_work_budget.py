@@ -142,12 +142,15 @@ def test_cancel_mid_newton_stops_within_a_second():
 def test_a_body_tumbling_down_a_tilted_collision_box_runs_to_the_floor():
     """Issue 44: an ordinary contact scene, a stiff body (E = 200 kPa) sliding and tumbling down a
     tilted Collision box onto the floor, ran out of line-search halvings (106 > 100) at frame 61.
-    Contact makes failed line searches ordinary (tools/tumble_scan.py; engine/reference/budget.py):
+    Contact makes failed line searches ordinary (experiments/tumble_scan.py; engine/reference/budget.py):
     the budget now lets every Newton iteration of a substep fail one, and this runs to the end."""
-    import sys
+    import importlib.util
     from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    from tumble_scan import body_on_ramp, tumble_scene
+    spec = importlib.util.spec_from_file_location(
+        "tumble_scan", Path(__file__).resolve().parent.parent / "experiments" / "tumble_scan.py")
+    tumble = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tumble)
+    body_on_ramp, tumble_scene = tumble.body_on_ramp, tumble.tumble_scene
     setup = setup_from_scene(body_on_ramp("union", 300), tumble_scene(frames=40))
     run = ReferenceRun(setup, lattice_cells=4)
     frames = run.bake()

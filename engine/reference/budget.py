@@ -50,7 +50,7 @@ class Work:
 # ordinary (the colliders' closest points and normals are found again at every trial state, so a
 # Newton step computed with one contact set is judged on another): a stiff body (E = 200 kPa)
 # tumbling down a tilted Collision box spent 106 in one substep (issue 44), and 43
-# tools/tumble_scan.py's union. So the cap is 300: every iteration of a substep may fail its line
+# experiments/tumble_scan.py's union. So the cap is 300: every iteration of a substep may fail its line
 # search once before the substep is computed again with more substeps; what grinds is stopped by
 # the contact pairs and cuts, as before.
 DEFAULT_BUDGET = Work(newton_iterations=None, line_search_halvings=300, contact_limited_steps=None,

@@ -2,7 +2,7 @@
 by the reference with its work budget off, printing each frame's most line-search halvings and
 Newton iterations of any substep (issue 44: such a scene ran out of halvings, 106 > 100).
 
-    python tools/tumble_scan.py [--shape union] [--vertices 600] [--frames 96] [--lattice 6] [--friction 0.8]
+    python experiments/tumble_scan.py [--shape union] [--vertices 600] [--frames 96] [--lattice 6] [--friction 0.8]
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.core.formats import Mesh  # noqa: E402
 from engine.core.scene import setup_from_scene  # noqa: E402
