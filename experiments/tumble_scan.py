@@ -7,7 +7,6 @@ Newton iterations of any substep (issue 44: such a scene ran out of halvings, 10
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
