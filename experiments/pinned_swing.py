@@ -14,20 +14,12 @@ reference's, and their mean distance from it over hold-still's.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import runpy
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def test_module(name):
-    """A module of tests/ loaded by its path (the scenes are the tests' own)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def cone(segments=32, rings=3, radius=1.0, depth=2.0):
@@ -52,7 +44,7 @@ def cone(segments=32, rings=3, radius=1.0, depth=2.0):
 
 
 def cases():
-    cylinder = test_module("test_stiffness").cylinder
+    cylinder = runpy.run_path(str(ROOT / "tests" / "test_stiffness.py"))["cylinder"]   # the tests' own rod
     swing = {"format": "neurok.scene/1", "frames": 48, "dt": 1 / 24,
              "material": {"kind": "solid", "stiffness": 2e5, "density": 1000, "poisson": 0.3, "damping": 0.0,
                           "air_damping": 0.0},
