@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,16 +23,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_module(name):
-    """A module of tests/ loaded by its path (the scenes are the tests' own)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """A module of tests/ loaded by its path and registered under its name (so the tests' modules
+    that import each other, as test_stiffness imports test_reference, find one another)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def main(argv=None) -> int:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     import torch
+    test_module("test_reference")
     friction, stiffness = test_module("test_friction"), test_module("test_stiffness")
     G, SLOPE, ramp_setup, rollout, sliding_setup = (friction.G, friction.SLOPE, friction.ramp_setup, friction.rollout,
                                                     friction.sliding_setup)

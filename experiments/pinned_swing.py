@@ -44,7 +44,9 @@ def cone(segments=32, rings=3, radius=1.0, depth=2.0):
 
 
 def cases():
-    cylinder = runpy.run_path(str(ROOT / "tests" / "test_stiffness.py"))["cylinder"]   # the tests' own rod
+    test_module = runpy.run_path(str(ROOT / "experiments" / "friction_and_rods.py"))["test_module"]
+    test_module("test_reference")
+    cylinder = test_module("test_stiffness").cylinder     # the tests' own rod
     swing = {"format": "neurok.scene/1", "frames": 48, "dt": 1 / 24,
              "material": {"kind": "solid", "stiffness": 2e5, "density": 1000, "poisson": 0.3, "damping": 0.0,
                           "air_damping": 0.0},
