@@ -20,15 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def far_edge(ref) -> np.ndarray | None:
-    """The twentieth of the vertices farthest from those the reference holds (pins are stiff springs:
-    they move under a millimetre; None if none does)."""
-    held = np.abs(ref - ref[0]).max(axis=(0, 2)) < 1e-3
-    if not held.any():
-        return None
-    distance = np.linalg.norm(ref[0] - ref[0][held].mean(0), axis=-1)
-    return np.argsort(distance)[-max(1, len(distance) // 20):]
+from engine.evaluation.scene_eval import far_edge
 
 
 def bake_with_compression(name: str, scenes: Path, frames: int, compression: float) -> np.ndarray:

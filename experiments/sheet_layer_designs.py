@@ -67,9 +67,9 @@ def measures(xs, ref, setup, name):
     flipped = lambda a: 100 * float(np.mean([mm.flipped_share(x) for x in a[1:]]))
     d = distance(xs)
     out = f"{d:.4f} ({d / hold:.3f}x hold-still) | strain {strain(xs):.2f} % (ref {strain(ref):.2f}) | flipped {flipped(xs):.0f} % (ref {flipped(ref):.0f})"
-    held = np.abs(ref - ref[0]).max(axis=(0, 2)) < 1e-3
-    if held.any():
-        far = np.argsort(np.linalg.norm(ref[0] - ref[0][held].mean(0), axis=1))[-max(1, len(ref[0]) // 20):]
+    from engine.evaluation.scene_eval import far_edge
+    far = far_edge(ref)
+    if far is not None:
         fall = lambda a: -1000 * float((a[4][far] - a[0][far]).mean(0)[2])
         out += f" | far edge falls {fall(xs):.0f} mm by frame 4 (ref {fall(ref):.0f})"
     if name == "drape":
