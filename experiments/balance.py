@@ -55,12 +55,15 @@ def main(argv=None) -> int:
     p.add_argument("--model", default=None)
     p.add_argument("--radius", type=float, default=0.25)
     p.add_argument("--json", default=None)
+    p.add_argument("--detail", choices=("low", "medium", "high"), default="medium",
+                   help="the learned engine's level of detail (a scene's \"detail\")")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     engine = open_engine("neurok", model=args.model, device="cpu")
     ball = uv_sphere(args.radius)
     out = {}
     for name, scene in cases(args.radius).items():
+        scene = dict(scene, detail=args.detail)
         setup = setup_from_scene(ball, scene)
         run = engine.prepare(setup)
         model = run.bake()
