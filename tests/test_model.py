@@ -493,11 +493,13 @@ def test_fitted_cubature_matches_full_integration():
              "profile": {"type": "impulse", "start": 1}}
     setup = make_setup(mesh, frames=16, material={"preset": "jelly"},
                        floor={"z": float(mesh.vertices[:, 2].min()), "friction": 0.3}, forces=[force])
-    fitted = NeurokRun(model, setup)
     cfg = model.cfg
-    assert fitted.scene.sub.cubature_error < 0.05
-    everything = build_subspace(setup.rest, setup.faces, "solid", cfg.handles, cfg.lattice_cells, cfg.samples,
-                                cfg.contact_samples, model.weight_field, full_integration=True)
+    built = {every: build_subspace(setup.rest, setup.faces, "solid", cfg.handles, cfg.lattice_cells, cfg.samples,
+                                   cfg.contact_samples, model.weight_field, full_integration=every)
+             for every in (False, True)}
+    fitted = NeurokRun(model, setup, subspace=built[False])   # a lattice this small takes every cell by default:
+    assert fitted.scene.sub.cubature_error < 0.05            # the fitted samples are a big mesh's
+    everything = built[True]
     assert len(fitted.scene.weights) < len(everything.cell_volume)
     full = NeurokRun(model, setup, subspace=everything)     # decoded through its own basis too
     a, b = fitted.bake(), full.bake()

@@ -51,6 +51,12 @@ HOLD_PINS = True              # handles that leave firm pins where they are (Fal
 AFFINE_PINS = 1e-4            # pins an affine map of their rest places follows closer than this (over the diagonal) move as one
 VERTICES_PER_HANDLE = 8       # no more handles than the mesh's vertices can show and its pins can hold
 CELLS_PER_SLENDERNESS = 4.5   # lattice cells along the longest side per unit of slenderness (3+ across a beam)
+# A solid whose lattice has at most this many cells integrates its elastic energy over every cell
+# instead of at fitted cubature samples. The fitted samples are not symmetric where the body is,
+# so they squash a round body lopsidedly: on a floor it tipped, and friction made it roll (a jelly
+# ball set down rolled 5 mm in 3 s at Medium detail, 58 mm at High; over every cell 0.03 mm and
+# 1.7 mm). Every cell costs little at these sizes (docs/DESIGN_NOTES.md §5).
+FULL_INTEGRATION_CELLS = 1000
 
 
 @dataclass(frozen=True)
@@ -573,12 +579,14 @@ def held_points(lat: Lattice, x, faces, held):
 
 
 def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, samples: int,
-                   contact_samples: int, weight_field=None, full_integration=False, held=None) -> Subspace:
+                   contact_samples: int, weight_field=None, full_integration=None, held=None) -> Subspace:
     """Everything one mesh needs, once: nodes, masses, smooth handle weights, the mass-orthonormal
     basis, the cubature samples of the elastic energy, the bending matrix (cloth), contact samples.
     `weight_field` (`model.WeightField`) refines the eigenfunctions into the handle weights (None:
     the lowest eigenfunctions themselves). `full_integration`: every element is a sample, with
-    its own volume or area (what the fitted cubature is measured against). `held` [N] (the
+    its own volume or area (what the fitted cubature is measured against); False: fitted samples;
+    None: every cell of a solid's lattice up to FULL_INTEGRATION_CELLS, fitted samples beyond
+    (and always for sheets). `held` [N] (the
     vertices' pin weights, or None): every handle but the first leaves the held vertices where
     they are (`smooth_functions`), so the pins hold the first handle alone and the others fold
     the body right up to them."""
@@ -618,8 +626,9 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
                   contact=np.unique(contact), centre=centre, handle_transform=transform)
     if solid:
         volume = lat.inside_share / lat.inside_share.sum()
+        every_cell = len(lat.cell_nodes) <= FULL_INTEGRATION_CELLS if full_integration is None else full_integration
         chosen, weights, error = fitted_cubature(kind, node_basis, nodes, node_mass, lat.cell_nodes, volume,
-                                                 lat.cell_size, samples, full_integration, lat.cell_points)
+                                                 lat.cell_size, samples, every_cell, lat.cell_points)
         points = None if lat.cell_points is None else lat.cell_points[chosen]
         return Subspace(**common, cell_nodes=lat.cell_nodes[chosen], cell_size=lat.cell_size, cell_volume=weights,
                         cell_points=points,
