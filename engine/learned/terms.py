@@ -100,10 +100,10 @@ def rayleigh(scene: LatentScene, q, fast=False, hessian=None) -> Damping:
     if the caller has it."""
     mat = scene.setup.material
     beta, alpha = scene.damping_scales()
-    D = float(mat.get("air_damping", 0.0)) * alpha * torch.eye(scene.dims, dtype=DTYPE, device=q.device)
-    if mat.get("damping", 0.0) <= 0:
+    D = mat.air_damping * alpha * torch.eye(scene.dims, dtype=DTYPE, device=q.device)
+    if mat.damping <= 0:
         return Damping(D)
-    b = float(mat["damping"]) * beta
+    b = mat.damping * beta
     if scene.dims > REDUCED_PROJECTION_DIMS:
         blocks, bending = scene.sample_hessians(q)
         return Damping(D if bending is None else D + b * bending, b * blocks)
