@@ -21,6 +21,7 @@ import copy
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ COMPRESSION = (1.0, 0.5, 0.25, 0.1, 0.05)          # a compressed edge's share (
 def with_closures(setup, damping: float):
     """The setup with its material's beta scaled by `damping` (the dissipation closure's effect)."""
     out = copy.copy(setup)
-    out.material = dict(setup.material, damping=float(setup.material.get("damping", 0.0)) * damping)
+    out.material = replace(setup.material, damping=setup.material.damping * damping)
     return out
 
 
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
             setup = setup_from_scene(mesh, scene)
             true = physics.get(scene_job("reference", mesh, scene, **ground_truth_settings(None, name)))
             hold = measures(np.repeat(true[:1], len(true), 0), true, setup)["rel_l2"]
-            shares = COMPRESSION if setup.material.get("kind") == "cloth" else (1.0,)
+            shares = COMPRESSION if setup.material.kind == "cloth" else (1.0,)
             grid = {}
             for share in shares:
                 engine.model.energy.cloth_compression = share

@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,7 @@ def replay(engine, seq, preset=None):
     """Predicted frames [T,N,3]; after a SimulationFault the last good frame is held."""
     setup = setup_from_sequence(seq)
     if preset:
-        setup.material = dict(setup.material, preset=preset)
+        setup.material = replace(setup.material, preset=preset)
     try:
         return engine.prepare(setup).bake(), None
     except SimulationFault as fault:

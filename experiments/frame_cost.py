@@ -33,7 +33,7 @@ def timed(owner, name, totals, key):
 
 def main(argv=None) -> int:
     import engine.learned.runtime as runtime
-    import engine.learned.terms as terms
+    import engine.learned.integrators as integrators
     from engine.evaluation.bench import bench_mesh, bench_setup
     from engine.learned.checkpoint import default_model_path
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     timed(run, "_frame", totals, "step")
     timed(run, "decode", totals, "decode")
     timed(run.guard, "check", totals, "guard")
-    timed(terms, "rayleigh", totals, "rayleigh")
+    timed(integrators, "rayleigh", totals, "rayleigh")
     it = run.frames()
     next(it)
     ticks = [time.perf_counter()]

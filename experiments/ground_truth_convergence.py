@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     print("| scene | cells asked | cells used (x, y, z / occupied) | seconds | tilt at the end | rel_l2 to the finest | model: rel_l2 (x hold-still) |")
     print("|---|---|---|---|---|---|---|")
     for name, setup in cases:
-        if setup.material["kind"] != "solid":
+        if setup.material.kind != "solid":
             continue
         diag = bbox_diagonal(setup.rest)
         pred = predict(engine, setup)[0]

@@ -884,7 +884,7 @@ def test_setup_from_arrays_checks_shapes_and_round_trips_through_the_scene_forma
     wind = Effector("Wind", "WIND", np.eye(4), np.full(4, 3.0))
     setup = setup_from_arrays(mesh, frames=4, dt=0.04, gravity=(0, 0, -9.81), material={"preset": "jelly"},
                               pin_weight=2.0 * pins, force_terms=[push], floor_z=-1.0, effectors=[wind])
-    assert setup.effectors == [wind] and setup.material["kind"] == "solid" and setup.accel_table is None
+    assert setup.effectors == [wind] and setup.material.kind == "solid" and setup.accel_table is None
     with pytest.raises(FormatError):
         setup_from_arrays(mesh, frames=4, dt=0.04, gravity=(0, 0, 0), material={}, pin_weight=np.ones(3))
     scene = scene_from_setup(setup, pin_strength=2.0)

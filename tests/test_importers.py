@@ -239,5 +239,5 @@ def test_tiny_blender_cloth_bake_trains(tmp_path):
     val_items = load_items(model, runs[0], ("validation",))
     assert len(train_items) == 1 and len(val_items) == 1
     item = train_items[0]
-    assert item.positions.shape == (6, 25, 3) and item.setup.material["kind"] == "cloth"
+    assert item.positions.shape == (6, 25, 3) and item.setup.material.kind == "cloth"
     assert item.qs.shape == (6, item.scene.dims) and bool(torch.isfinite(item.qs).all())

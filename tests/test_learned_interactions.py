@@ -20,7 +20,8 @@ from engine.core.formats import Mesh
 from engine.core.scene import setup_from_scene
 from engine.learned.checkpoint import default_model_path
 from engine.learned.latent_scene import LatentScene
-from engine.learned.terms import StepContext, collider_contact, friction
+from engine.learned.integrators import StepContext
+from engine.learned.terms import collider_contact, friction
 from engine.training.shapes import make_shape
 
 from test_colliders_fields import box, grid_sheet, with_fields

@@ -89,8 +89,8 @@ def test_a_mooney_rivlin_bar_hangs_like_linear_elasticity_says_and_softens_in_te
 
 def test_scene_files_name_the_law_and_bad_ones_get_one_line():
     m = resolve_material({"kind": "solid", "law": "mooney_rivlin"})
-    assert m["law"] == "mooney_rivlin" and m["i2_share"] == 0.7
-    assert "law" not in resolve_material({"kind": "solid", "law": "neo_hookean"})
+    assert m.law == "mooney_rivlin" and m.i2_share == 0.7
+    assert "law" not in resolve_material({"kind": "solid", "law": "neo_hookean"}).to_dict()
     for bad, words in (({"law": "ogden"}, "unknown 'law'"), ({"i2_share": 0.5}, "needs"),
                        ({"law": "mooney_rivlin", "i2_share": 1.5}, "[0, 1]"),
                        ({"kind": "cloth", "law": "mooney_rivlin"}, "for solids")):
@@ -110,7 +110,7 @@ def _learned_rubber(share):
 @torch.no_grad()
 def test_a_learned_rubber_with_weight_s_is_the_mooney_rivlin_law():
     energy = _learned_rubber(SHARE)
-    feats = energy.features_for({"kind": "solid", "poisson": NU, "law": "mooney_rivlin", "i2_share": SHARE})
+    feats = energy.features_for(resolve_material({"kind": "solid", "poisson": NU, "law": "mooney_rivlin", "i2_share": SHARE}))
     mu, lam = lame(NU)
     for stretch in (1.3, 1.8, 0.7):
         F = isochoric_stretch(stretch)
@@ -127,7 +127,7 @@ def test_a_learned_rubber_with_weight_s_is_the_mooney_rivlin_law():
         np.testing.assert_allclose(H[0].numpy(), fdH, atol=1e-5)
     # at rest nothing changes: the sliders' small-strain stiffness is the neo-Hookean prior's
     rest = torch.eye(3, dtype=DTYPE).reshape(1, 9)
-    prior = StrainEnergy().solid(rest, StrainEnergy.features({"kind": "solid", "poisson": NU}), mu, lam, project=False)[2]
+    prior = StrainEnergy().solid(rest, StrainEnergy.features(resolve_material({"kind": "solid", "poisson": NU})), mu, lam, project=False)[2]
     torch.testing.assert_close(energy.solid(rest, feats, mu, lam, project=False)[2], prior)
 
 
@@ -152,7 +152,7 @@ def test_a_learned_material_round_trips_through_a_checkpoint_and_scenes_can_name
     loaded.requires_grad_(False)                      # as the engine runs it
     assert "silk_test" in known_presets()
     named = resolve_material({"preset": "silk_test", "density": 0.5})
-    assert named["stiffness"] == 5e3 and named["density"] == 0.5 and named["preset"] == "silk_test"
+    assert named.stiffness == 5e3 and named.density == 0.5 and named.preset == "silk_test"
     scene = {"format": "neurok.scene/1", "frames": 2, "material": {"preset": "silk_test"}}
     s = LatentScene(loaded, setup_from_scene(cloth_sheet(), scene))
     assert float(s.bending_scale()) == pytest.approx(3.0)
@@ -161,8 +161,8 @@ def test_a_learned_material_round_trips_through_a_checkpoint_and_scenes_can_name
     assert float(plain.bending_scale()) == pytest.approx(1.0)
     # a Mooney-Rivlin scene that names no learned material uses the learned rubber of its law
     rubber = _learned_rubber(0.6)
-    assert rubber.preset_for({"kind": "solid", "law": "mooney_rivlin", "i2_share": 0.7}) == "rubber_test"
-    assert rubber.preset_for({"kind": "solid"}) is None
+    assert rubber.preset_for(resolve_material({"kind": "solid", "law": "mooney_rivlin", "i2_share": 0.7})) == "rubber_test"
+    assert rubber.preset_for(resolve_material({"kind": "solid"})) is None
     with pytest.raises(FormatError, match="unknown material preset 'nope'|unknown material preset \"nope\""):
         resolve_material({"preset": "nope"})
 
@@ -209,7 +209,7 @@ def test_learning_a_material_changes_that_material_only(rubber_data, tmp_path):
     init_meta = json.loads(read_payload(init)["meta"])
     assert meta["omega2_range"] == init_meta["omega2_range"], "the model's own record (familiarity ranges) is kept"
     # the learned rubber answers scenes of its law
-    assert loaded.energy.preset_for({"kind": "solid", "law": "mooney_rivlin", "i2_share": SHARE}) == "rubber_mine"
+    assert loaded.energy.preset_for(resolve_material({"kind": "solid", "law": "mooney_rivlin", "i2_share": SHARE})) == "rubber_mine"
 
 
 def test_a_built_in_material_name_cannot_be_learned_over(rubber_data, tmp_path):

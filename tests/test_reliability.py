@@ -1,4 +1,6 @@
 """Reliability: bad input gives one clear line, numerical faults never reach an output file."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -130,7 +132,7 @@ def test_three_hundred_frames_under_extreme_forces_never_give_nan(tiny_model):
     stops at its last good frame with SimulationFault, never with NaN). The plausibility guard is
     off here: this is about numerical robustness, not about what the guard would show a user."""
     setup = extreme_setup(300)
-    setup.material = dict(setup.material, stiffness=1e6)  # 100x force on stiff rubber: large but finite strain
+    setup.material = replace(setup.material, stiffness=1e6)  # 100x force on stiff rubber: large but finite strain
     run = open_engine("neurok", tiny_model).prepare(setup)
     run.check_plausibility = False
     try:
@@ -144,7 +146,7 @@ def test_three_hundred_frames_under_extreme_forces_never_give_nan(tiny_model):
 
 def test_reference_survives_extreme_forces_and_stiffness():
     setup = extreme_setup(12)
-    setup.material = dict(setup.material, stiffness=1e9)
+    setup.material = replace(setup.material, stiffness=1e9)
     frames = open_engine("reference").prepare(setup).bake()
     assert np.all(np.isfinite(frames))
 

@@ -10,6 +10,7 @@ import torch
 
 from engine.cli import main
 from engine.core.formats import read_sequence
+from engine.core.scene import resolve_material
 from engine.learned.checkpoint import load_checkpoint
 from engine.learned.model import NeurokModel
 from engine.learned.runtime import NeurokEngine
@@ -155,7 +156,7 @@ def test_training_keeps_the_sliders_physical_and_moves_the_correction(trained):
     out, model, _ = trained
     loaded, _ = load_checkpoint(out)
     for material in ({"kind": "solid", "poisson": 0.3}, {"kind": "cloth"}):
-        feats = loaded.energy.features(material)
+        feats = loaded.energy.features(resolve_material(material))
         assert torch.equal(loaded.energy.log_scales(feats), torch.zeros(3, dtype=feats.dtype))
     assert float(loaded.energy.correction[-1].weight.detach().abs().max()) > 1e-4   # left its start at zero
     setup = hanging_bar()
@@ -205,10 +206,10 @@ def test_a_free_sheet_teaches_every_rollout_and_the_dissipation_closure(tmp_path
     energy = model.energy
     with torch.no_grad():
         energy.dissipation.weight[0, 0] = -0.5
-    cloth, solid = energy.features({"kind": "cloth"}), energy.features({"kind": "solid", "poisson": 0.3})
+    cloth, solid = energy.features(resolve_material({"kind": "cloth"})), energy.features(resolve_material({"kind": "solid", "poisson": 0.3}))
     assert float(energy.damping_scales(cloth)[0]) == pytest.approx(float(np.exp(np.tanh(-0.5))))   # bounded by e^+-1
     assert [float(s) for s in energy.damping_scales(solid)] == [1.0, 1.0]
-    own = energy.features_for({"kind": "cloth"})                 # a learned material's own numbers (here at zero)
+    own = energy.features_for(resolve_material({"kind": "cloth"}))                 # a learned material's own numbers (here at zero)
     assert float(energy.damping_scales(own, learned_material=True)[0]) == 1.0
 
 
@@ -221,7 +222,7 @@ def test_the_compression_closure_softens_only_compressed_cloth_and_learns_from_s
     from engine.learned.model import ModelConfig
     from engine.training.train import trainable_parameters
     energy = StrainEnergy().requires_grad_(False)                      # as a bake runs it
-    cloth = energy.features_for({"kind": "cloth"})
+    cloth = energy.features_for(resolve_material({"kind": "cloth"}))
     rest = torch.tensor([[0.1, 0.0, 0.0, 0.0, 0.1, 0.0]], dtype=torch.float64)
     lengths = torch.linalg.norm(torch.stack([rest[:, :3], rest[:, 3:], rest[:, 3:] - rest[:, :3]], 1), dim=-1)
     stretched, compressed = 1.01 * rest, 0.99 * rest

@@ -87,7 +87,7 @@ def support_notes(setup) -> list[str]:
     """One line when a solid is held by fewer than three vertices: a point support, whose sag grows
     without bound as the discretisation refines (a 0.5 m rod held by its cap's centre vertex sagged
     14.8 / 17.2 / 24.8 mm in the reference at 6 / 12 / 16 lattice cells). The run goes on."""
-    if setup.material.get("kind") != "solid":
+    if setup.material.kind != "solid":
         return []
     held = int(np.count_nonzero(np.asarray(setup.pin_weight) > 0))
     if not 0 < held < FEW_PINS:

@@ -124,8 +124,7 @@ def load_strain(setup, diagonal: float) -> float:
     strain of a column of the body's size under its largest acceleration, rho*a*L/E (cloth:
     rho_A*a*L/k), plus the dynamic strain of its fastest start or pin motion, v/c with the wave
     speed c = sqrt(E/rho) (cloth: sqrt(k/rho_A)). An overestimate for impulses: it only widens."""
-    mat = setup.material
-    stiffness, density = float(mat["stiffness"]), float(mat["density"])
+    stiffness, density = setup.material.stiffness, setup.material.density
     accel = float(np.linalg.norm(setup.gravity)) + _max_accel(setup)
     static = density * accel * diagonal / stiffness
     dynamic = _max_speed(setup) / math.sqrt(stiffness / density)
@@ -157,7 +156,7 @@ class GuardLimits:
 def limits_for(setup, diagonal: float) -> GuardLimits:
     mat = setup.material
     load = load_strain(setup, diagonal)
-    if mat["kind"] == "cloth":
+    if mat.kind == "cloth":
         mean = _widen(CLOTH_STRAIN_MEAN, STRAIN_MEAN_PER_LOAD, load)
         return GuardLimits(growth=_widen(CLOTH_GROWTH, GROWTH_PER_LOAD, load), edge_strain_mean=mean,
                            edge_strain_max=_widen(CLOTH_STRAIN_MAX, STRAIN_MAX_PER_LOAD, load), load=load)
@@ -165,7 +164,7 @@ def limits_for(setup, diagonal: float) -> GuardLimits:
     # Volume: under a stretch e the volume of an elastic solid changes by about (1 - 2 nu) e
     # (uniaxial stress); allow three times that at the largest accepted mean strain, plus 25%
     # for what a surface mesh's enclosed volume does under bending and contact.
-    slack = 0.25 + 3.0 * (1.0 - 2.0 * float(mat.get("poisson", 0.3))) * mean
+    slack = 0.25 + 3.0 * (1.0 - 2.0 * mat.poisson) * mean
     low = max(SOLID_VOLUME_FLOOR, 1.0 - slack)
     return GuardLimits(growth=_widen(SOLID_GROWTH, GROWTH_PER_LOAD, load), edge_strain_mean=mean,
                        edge_strain_max=_widen(SOLID_STRAIN_MAX, STRAIN_MAX_PER_LOAD, load),
@@ -202,8 +201,7 @@ class Guard:
         self.measures, self.quick_measures = guard_measures(setup.rest, setup.faces)
         self.limits = limits or limits_for(setup, self.measures.diagonal)
         mat = setup.material
-        preset = mat.get("preset")
-        self.what = f"{mat['kind']} ({preset})" if preset else str(mat["kind"])
+        self.what = f"{mat.kind} ({mat.preset})" if mat.preset else str(mat.kind)
         self._allow_initial(setup.x0)
 
     def _allow_initial(self, x0):

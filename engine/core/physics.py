@@ -13,18 +13,13 @@ FLOOR_OMEGA2 = 1.0e6      # s^-2, floor penalty stiffness per kg
 FLOOR_FRICTION = 0.5      # the floor's Coulomb coefficient when a scene does not set it (engine/core/friction.py)
 
 
-def material_omega2(material: dict, diagonal: float) -> float:
-    """Squared characteristic frequency of a body: stiffness / (density * size^2), in s^-2
-    (Young's modulus / volume density for solids, stretch / areal density for cloth)."""
-    return material["stiffness"] / (material["density"] * max(diagonal, 1e-9) ** 2)
-
-
 def pin_omega2(w0sq: float) -> float:
     """The pin law: Omega^2 (s^-2) of a firm pin on a body whose own omega^2 is `w0sq`, large both in
     absolute terms and against the material, so a firm pin holds against the body."""
     return max(PIN_OMEGA2, PIN_OVER_MATERIAL * w0sq)
 
 
-def pin_stiffness(pin_weight, vertex_mass, material: dict, diagonal: float):
-    """Spring stiffness (N/m) of each vertex's pin: weight * mass * Omega^2 (`pin_omega2`)."""
-    return pin_weight * vertex_mass * pin_omega2(material_omega2(material, diagonal))
+def pin_stiffness(pin_weight, vertex_mass, material, diagonal: float):
+    """Spring stiffness (N/m) of each vertex's pin: weight * mass * Omega^2 (`pin_omega2`) on a body
+    of `material` (a `Material`) and size `diagonal` (its units: metres, or 1 when normalised)."""
+    return pin_weight * vertex_mass * pin_omega2(material.omega2(diagonal))

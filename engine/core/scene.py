@@ -20,13 +20,11 @@ from .colliders import Collider, collider_from_dict
 from .errors import FormatError, NeurokError
 from .fields import total_accel, vertex_normals
 from .formats import SCENE_FORMAT, Mesh, Sequence, atomic_write_text, brief
+from .material import MOONEY_RIVLIN, NEO_HOOKEAN, Material
 from .physics import FLOOR_FRICTION
 from .setup import DETAILS, Setup, profile_value  # noqa: F401  (profile_value: re-exported for the engines)
 
-# Materials. Solids: stiffness = Young's modulus (Pa), density kg/m^3, poisson = Poisson ratio.
-# Cloth: stiffness = membrane stretch stiffness (N/m), density = areal density (kg/m^2),
-# bending = bending stiffness (N*m). damping = Rayleigh stiffness-proportional beta (s);
-# air_damping = Rayleigh mass-proportional alpha (1/s).
+# Material presets, in the units of `Material` (engine/core/material.py).
 MATERIAL_PRESETS = {
     "jelly":   {"kind": "solid", "stiffness": 3.0e3, "density": 1050.0, "poisson": 0.45, "damping": 0.01, "air_damping": 0.1},
     "rubber":  {"kind": "solid", "stiffness": 1.0e5, "density": 1100.0, "poisson": 0.45, "damping": 0.002, "air_damping": 0.1},
@@ -38,7 +36,7 @@ MATERIAL_PRESETS = {
 DEFAULT_MATERIAL = "rubber"
 MATERIAL_KEYS = {"kind", "preset", "stiffness", "density", "poisson", "damping", "air_damping", "bending", "law",
                  "i2_share"}
-SOLID_LAWS = ("neo_hookean", "mooney_rivlin")
+SOLID_LAWS = (NEO_HOOKEAN, MOONEY_RIVLIN)
 DEFAULT_I2_SHARE = 0.7
 
 SCENE_DEFAULTS = {"frames": 120, "dt": 1.0 / 24.0, "gravity": [0.0, 0.0, -9.81], "detail": "medium"}
@@ -85,8 +83,11 @@ def _finite(value) -> bool:
         return False
 
 
-def resolve_material(material: dict | None, where: str = "material") -> dict:
-    """Fill a material from its preset (or the kind's default) and check its numbers."""
+def resolve_material(material: dict | Material | None, where: str = "material") -> Material:
+    """The `Material` of a dict (a scene's, a file's, the sliders'): filled from its preset (or the
+    kind's default) and checked. A `Material` is already resolved and comes back as it is."""
+    if isinstance(material, Material):
+        return material
     material = dict(material or {})
     unknown = set(material) - MATERIAL_KEYS
     if unknown:
@@ -115,16 +116,16 @@ def resolve_material(material: dict | None, where: str = "material") -> dict:
         raise FormatError(f"{where}: 'poisson' must be in [0, 0.5), got {out['poisson']}")
     if out["damping"] < 0 or out["air_damping"] < 0 or out["bending"] < 0:
         raise FormatError(f"{where}: damping and bending must be non-negative")
-    return _resolve_law(out, where)
+    return Material.from_dict(_resolve_law(out, where))
 
 
 def _resolve_law(out: dict, where: str) -> dict:
     """The solid's constitutive law: neo-Hookean (the default, no key kept) or Mooney-Rivlin
     with the share `i2_share` of the shear modulus on the second invariant."""
-    law = out.pop("law", "neo_hookean")
+    law = out.pop("law", NEO_HOOKEAN)
     if law not in SOLID_LAWS:
         raise FormatError(f"{where}: unknown 'law' {brief(law)} (one of {', '.join(SOLID_LAWS)})")
-    if law == "neo_hookean":
+    if law == NEO_HOOKEAN:
         if "i2_share" in out:
             raise FormatError(f"{where}: 'i2_share' needs \"law\": \"mooney_rivlin\"")
         return out
@@ -220,7 +221,7 @@ def validate_scene(scene, where: str = "scene") -> dict:
     out["detail"] = check_detail(out["detail"], where)
     if not isinstance(out.get("material", {}), dict):
         raise FormatError(f"{where}: 'material' must be an object")
-    out["material"] = resolve_material(out.get("material"), f"{where}: material")
+    out["material"] = resolve_material(out.get("material"), f"{where}: material").to_dict()
     pins = out.setdefault("pins", [])
     if not isinstance(pins, list):
         raise FormatError(f"{where}: 'pins' must be a list")
@@ -468,7 +469,7 @@ def scene_from_setup(setup: Setup, material: dict | None = None, pin_strength: f
     as its force terms, and force fields become static per-axis forces taken on the rest surface at
     the first frame."""
     scene = {"format": SCENE_FORMAT, "frames": setup.frames, "dt": setup.dt,
-             "gravity": [float(g) for g in setup.gravity], "material": dict(material or setup.material),
+             "gravity": [float(g) for g in setup.gravity], "material": dict(material) if material else setup.material.to_dict(),
              "pins": _export_pins(setup, pin_strength), "forces": _export_forces(setup),
              "floor": None if setup.floor_z is None else {"z": float(setup.floor_z),
                                                           "friction": float(setup.floor_friction)},
@@ -497,7 +498,7 @@ def _export_forces(setup: Setup) -> list:
     if setup.effectors:
         normals = vertex_normals(setup.rest, setup.faces)
         at_rest = total_accel(setup.effectors, 0, setup.rest, None, normals,
-                              surface=setup.material.get("kind") == "cloth")
+                              surface=setup.material.kind == "cloth")
         for axis in range(3):
             for sign in (1.0, -1.0):
                 weights = np.maximum(sign * at_rest[:, axis], 0.0)

@@ -15,6 +15,7 @@ from .colliders import Collider
 from .errors import FormatError
 from .fields import Effector
 from .formats import Sequence
+from .material import Material
 from .physics import FLOOR_FRICTION
 
 
@@ -55,7 +56,7 @@ class Setup:
     dt: float
     frames: int
     gravity: np.ndarray
-    material: dict
+    material: Material
     pin_weight: np.ndarray
     pin_targets: np.ndarray | None = None  # [T,N,3]; None: pins hold frame-0 positions
     accel_table: np.ndarray | None = None  # [T,N,3] explicit per-frame accelerations
@@ -100,7 +101,7 @@ class Setup:
         """Record this setup with its result as a `neurok.sequence/1`."""
         seq = Sequence(rest=self.rest.astype(np.float32), faces=self.faces.astype(np.int32),
                        positions=np.asarray(positions, np.float32), dt=self.dt,
-                       gravity=np.asarray(self.gravity, np.float32), material=dict(self.material),
+                       gravity=np.asarray(self.gravity, np.float32), material=self.material.to_dict(),
                        external_accel=self.accel_frames()[:len(positions)], velocity0=self.v0.astype(np.float32),
                        pin_weight=self.pin_weight.astype(np.float32), floor_z=self.floor_z,
                        floor_friction=None if self.floor_z is None else self.floor_friction,

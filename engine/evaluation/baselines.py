@@ -48,9 +48,7 @@ from ..core.physics import pin_omega2
 # the latent-MLP baseline steps in the learned model's own latent space, so it reads that model's
 # internals (the one part of the evaluation that does: model v2's `LatentScene`)
 from ..learned.checkpoint import load_checkpoint, read_payload
-from ..learned.materials import DTYPE, StrainEnergy
-
-MATERIAL_FEATURES = int(StrainEnergy.features({"kind": "solid", "poisson": 0.3}).numel())
+from ..learned.materials import BASE_FEATURES, DTYPE
 
 
 def mlp(sizes):
@@ -146,7 +144,7 @@ class LatentMLP(nn.Module):
     def __init__(self, latent: int, shape_code: int = 0, hidden: int = 256):
         super().__init__()
         self.latent, self.shape_code, self.hidden = latent, shape_code, hidden
-        n_in = 6 * latent + shape_code + MATERIAL_FEATURES + 5
+        n_in = 6 * latent + shape_code + BASE_FEATURES + 5
         self.net = mlp([n_in, hidden, hidden, hidden, latent])
         with torch.no_grad():
             self.net[-1].weight.mul_(0.01)
@@ -204,9 +202,9 @@ class SceneTerms:
         self.floor, self.has_floor = float(scene.floor), 0.0 if setup.floor_z is None else 1.0
         m = setup.material
         w0 = math.sqrt(scene.w0sq)
-        const = [math.log10(max(scene.w0sq, 1e-12)) / 3.0, math.log10(max(m.get("damping", 0.0) * w0, 1e-6)) / 3.0,
-                 m.get("air_damping", 0.0) * setup.dt, self.has_floor]
-        self.cond = torch.cat([scene.features[:MATERIAL_FEATURES].detach().to(DTYPE).cpu(), torch.tensor(const, dtype=DTYPE)])
+        const = [math.log10(max(scene.w0sq, 1e-12)) / 3.0, math.log10(max(m.damping * w0, 1e-6)) / 3.0,
+                 m.air_damping * setup.dt, self.has_floor]
+        self.cond = torch.cat([scene.features[:BASE_FEATURES].detach().to(DTYPE).cpu(), torch.tensor(const, dtype=DTYPE)])
 
     def features(self, t, q, q_prev):
         """Features [..., n_in] for the step t -> t+1; t is an int or a long tensor [...]."""

@@ -74,7 +74,7 @@ def _stepper(integrator, tolerance):
     from ..learned import integrators as I
     if tolerance is None:
         return lambda scene, q, qd, h: I.step(scene, 0, q, qd, h, integrator)
-    from ..learned.terms import StepContext
+    from ..learned.integrators import StepContext
 
     def step(scene, q, qd, h):      # the same formulas as `integrators.step`, solved tighter
         if integrator == "implicit_midpoint":

@@ -87,7 +87,7 @@ def noise_floor(setup: Setup, frames: int | None = None, lattice_cells: int = DE
     frames = int(frames or setup.frames)
     t0 = time.perf_counter()
     n = len(setup.rest)
-    if setup.material["kind"] == "cloth":
+    if setup.material.kind == "cloth":
         kind = "cloth"
         fine_setup = subdivide_setup(setup)
         coarse_x = _frames(ReferenceSimulator(setup), frames)

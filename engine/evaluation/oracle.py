@@ -173,8 +173,8 @@ class ReducedOracle:
         # with it, 0.02 without), so by default the oracle's floor holds the mesh vertices only.
         self.node_floor = bool(node_floor) and getattr(sim, "lattice", None) is not None
         self.dof_mass = np.asarray(sim.dof_mass, np.float64)
-        self.air = float(mat.get("air_damping", 0.0))
-        self.beta = float(mat.get("damping", 0.0))
+        self.air = mat.air_damping
+        self.beta = mat.damping
         # initial velocity: the reference's DOF velocity, projected (mass-orthogonally)
         v = getattr(sim, "v", None)
         if v is not None:
@@ -317,7 +317,7 @@ class OracleRun(Run):
 def model_handles(setup: Setup, base_handles: int = 8) -> int:
     """The handles the learned engine gives this setup's mesh (`learned.subspace.resolution`)."""
     from ..learned.subspace import resolution
-    return resolution(setup.rest, setup.faces, setup.material["kind"], base_handles, detail=setup.detail).handles
+    return resolution(setup.rest, setup.faces, setup.material.kind, base_handles, detail=setup.detail).handles
 
 
 class OracleEngine(Engine):

@@ -68,9 +68,7 @@ SWEEP_FLOOR = {"z": "FLOOR", "friction": 0.0}
 
 def jelly_scene(poke=150.0, poisson=None, frames=8 + RECOVERY_FRAMES + 1, start=6, end=8):
     """The jelly demo scene (assets/scenes/jelly_poke.json) with a poke of `poke` m/s^2."""
-    material = {"preset": "jelly"}
-    if poisson is not None:
-        material["poisson"] = poisson
+    material = {"preset": "jelly"} if poisson is None else {"preset": "jelly", "poisson": poisson}
     forces = [] if not poke else [{"select": {"sphere": {"center": [0.5, 0.5, 1.0], "radius": 0.3}},
                                    "accel": [0, 0, -poke], "profile": {"type": "impulse", "start": start, "end": end}}]
     return {"format": "neurok.scene/1", "frames": frames, "dt": DT, "gravity": [0, 0, -9.81],

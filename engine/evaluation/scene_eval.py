@@ -96,7 +96,7 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False, physics=None) -> dict
         setup = setup_from_scene(mesh, scene)
         t0 = time.perf_counter()
         row = {"name": name, "title": title, "source": source, "vertices": int(len(mesh.vertices)),
-               "frames": int(setup.frames), "kind": setup.material["kind"],
+               "frames": int(setup.frames), "kind": setup.material.kind,
                "truth_lattice": jobs["reference"].options["lattice_cells"]}
         try:
             true = physics.get(jobs["reference"])
@@ -124,7 +124,7 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False, physics=None) -> dict
                               else {"available": False, "note": "not measured for this scene in this preset"})
         np.savez_compressed(out / "scenes" / f"{name}.npz", reference=true, neurok=pred, oracle=po, faces=setup.faces)
         columns = {"reference": true, "neurok": pred, "oracle": po}
-        if setup.material["kind"] == "cloth":
+        if setup.material.kind == "cloth":
             row["cloth"] = cloth_measures(columns, setup, name)
         floor = setup.floor_z
         row["sheet"] = str(contact_sheet(columns, setup.faces, fig_dir / f"eval_{name}_sheet.png", floor_z=floor,
@@ -195,6 +195,6 @@ def run_beam(cfg, model_path, physics=None) -> dict:
     signals = {n: q.pop("signal") for n, q in quantities.items()}
     for n, (_, f, e) in runs.items():
         quantities[n].update(fault=f, error=e)
-    return {"frames": setup.frames, "vertices": int(setup.num_vertices), "material": setup.material,
+    return {"frames": setup.frames, "vertices": int(setup.num_vertices), "material": setup.material.to_dict(),
             "handles": handles, "length": 0.5, "width": 0.08, "quantities": quantities, "relative_errors": compare(quantities),
             "tip_signal": signals, "dt": setup.dt}

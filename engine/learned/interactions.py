@@ -73,7 +73,7 @@ class NormalisedCollider:
 
 def _prepare_colliders(scene) -> None:
     norm = scene.sub.norm
-    scene.latent_colliders = [NormalisedCollider(c, norm) for c in getattr(scene.setup, "colliders", None) or []]
+    scene.latent_colliders = [NormalisedCollider(c, norm) for c in scene.setup.colliders]
     scene.collider_k = FLOOR_OMEGA2
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..core.physics import FLOOR_OMEGA2, material_omega2, pin_omega2
+from ..core.physics import FLOOR_OMEGA2, pin_stiffness
 from ..core.scene import Setup, profile_value
 from . import interactions
-from .materials import DTYPE, determinant, lame
+from .materials import DTYPE, determinant
 from .subspace import Resolution, Subspace, cached_subspace, cloth_local_map, held_pins, resolution, solid_local_map
 
 
@@ -48,9 +48,9 @@ class LatentScene:
         cfg = model.cfg
         mat = setup.material
         if subspace is None:
-            self.resolution = fixed or resolution(setup.rest, setup.faces, mat["kind"], cfg.handles, cfg.lattice_cells,
+            self.resolution = fixed or resolution(setup.rest, setup.faces, mat.kind, cfg.handles, cfg.lattice_cells,
                                                   setup.detail)
-            subspace = cached_subspace(setup.rest, setup.faces, mat["kind"], self.resolution.handles,
+            subspace = cached_subspace(setup.rest, setup.faces, mat.kind, self.resolution.handles,
                                        self.resolution.lattice_cells, cfg.samples, cfg.contact_samples,
                                        model.weight_field, held_pins(setup))
         else:
@@ -60,8 +60,8 @@ class LatentScene:
         self.kind = sub.kind
         self.scale = sub.norm.scale
         self.dims = sub.dims
-        self.w0sq = material_omega2(mat, self.scale)
-        self.mu, self.lam = lame(mat.get("poisson", 0.3))
+        self.w0sq = mat.omega2(self.scale)
+        self.mu, self.lam = mat.lame
         self.U = _t(sub.node_basis, device)                     # [n,3,d]
         self.V = _t(sub.vertex_basis, device)                   # [N,3,d]
         self.vertex_mass = sub.vertex_mass
@@ -100,7 +100,8 @@ class LatentScene:
         Kb = sum(Ub[:, c, :].T @ (Q @ Ub[:, c, :]) for c in range(3))
         area = float(np.sum(np.linalg.norm(np.cross(x[sub.faces[:, 1]] - x[sub.faces[:, 0]],
                                                     x[sub.faces[:, 2]] - x[sub.faces[:, 0]]), axis=1))) / 2.0
-        ratio = float(self.setup.material.get("bending", 0.0)) / (self.setup.material["stiffness"] * self.scale ** 2 * area)
+        mat = self.setup.material
+        ratio = mat.bending / (mat.stiffness * self.scale ** 2 * area)
         self.bending = _t(ratio * 0.5 * (Kb + Kb.T), self.device)
 
     def _set_samples(self, G, offset, weights):
@@ -294,14 +295,13 @@ class LatentScene:
             self.P = torch.zeros(d, d, dtype=DTYPE, device=self.device)
             self._b_static = torch.zeros(d, dtype=DTYPE, device=self.device)
             return
-        omega2 = pin_omega2(self.w0sq)
         mass = self.vertex_mass[pinned]
         if self.kind == "solid":
             # a solid's pins hold its whole weight: their springs share the body's mass (1 here),
             # not their vertices' own. A finely meshed rod's 25 pinned vertices carry 1.9 % of its
             # mass: with their own, the pins gave way 0.5 mm of its 7.0 mm sag (the reference's 6.3).
             mass = mass / min(1.0, float(mass.sum()))
-        self.pin_k = _t(mass * setup.pin_weight[pinned] * omega2, self.device)
+        self.pin_k = _t(pin_stiffness(setup.pin_weight[pinned], mass, setup.material, self.scale), self.device)
         self.pin_V = self.V[torch.as_tensor(pinned)]
         Vp = self.pin_V.reshape(-1, d)
         self.P = Vp.T @ (self.pin_k.repeat_interleave(3)[:, None] * Vp)

@@ -48,6 +48,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..core.material import MOONEY_RIVLIN, Material, lame  # noqa: F401  (lame: re-exported, the energy's Lame parameters)
+
 DTYPE = torch.float64
 CORRECTION_WIDTH = 32
 CORRECTION_BOUND = 0.5           # |m_j|: each correction term at most half its classical counterpart's scale
@@ -56,12 +58,6 @@ COMPRESSION_BOUND = 3.0          # |log| of a compressed cloth edge's share of t
 BASE_FEATURES = 2                # (cloth?, poisson): what the scale and correction networks read
 # a learned material's numbers, appended to the base features (all zero: the material as it is)
 PRESET_PARAMETERS = ("log_stiffness", "log_lambda", "log_bending", "log_damping", "log_air_damping", "i2_term")
-
-
-def lame(poisson):
-    """Dimensionless Lame parameters (mu, lambda) / Young's modulus."""
-    nu = min(float(poisson), 0.495)
-    return 1.0 / (2.0 * (1.0 + nu)), nu / ((1.0 + nu) * (1.0 - 2.0 * nu))
 
 
 def mlp_with_jacobian(net, x, inputs: int):
@@ -218,33 +214,34 @@ class StrainEnergy(nn.Module):
         self._compression_parameters = tuple(self.compression.parameters())
 
     @staticmethod
-    def features(material: dict) -> torch.Tensor:
+    def features(material: Material) -> torch.Tensor:
         """The base features every material has: [cloth?, (poisson - 0.3) * 5]."""
-        cloth = material["kind"] == "cloth"
-        return torch.tensor([1.0 if cloth else 0.0, (float(material.get("poisson", 0.3)) - 0.3) * 5.0], dtype=DTYPE)
+        cloth = material.kind == "cloth"
+        return torch.tensor([1.0 if cloth else 0.0, (material.poisson - 0.3) * 5.0], dtype=DTYPE)
 
     # ----- learned materials
 
-    def add_preset(self, name: str, material: dict) -> nn.Parameter:
-        """A new learned material starting as `material` exactly (its parameters at zero)."""
+    def add_preset(self, name: str, material: Material | dict) -> nn.Parameter:
+        """A new learned material starting as `material` exactly (its parameters at zero); its table
+        entry is a dict, as checkpoints store it (`Material.to_dict`, without the preset's name)."""
         self.presets[name] = nn.Parameter(torch.zeros(len(PRESET_PARAMETERS), dtype=DTYPE))
-        self.preset_materials[name] = {k: v for k, v in material.items() if k != "preset"}
+        table = material.to_dict() if isinstance(material, Material) else material
+        self.preset_materials[name] = {k: v for k, v in table.items() if k != "preset"}
         return self.presets[name]
 
-    def preset_for(self, material: dict) -> str | None:
+    def preset_for(self, material: Material) -> str | None:
         """The learned material a scene's material uses: the one it names, else for a solid with
         the Mooney-Rivlin law the learned rubber of that law with the nearest share (the one
         learned last, on a tie)."""
-        name = material.get("preset")
-        if name in self.presets:
-            return name
-        if material.get("law") == "mooney_rivlin":     # the newest of the nearest share
-            rubbers = [(abs(m.get("i2_share", 0.0) - material.get("i2_share", 0.0)), n)
-                       for n, m in reversed(self.preset_materials.items()) if m.get("law") == "mooney_rivlin"]
+        if material.preset in self.presets:
+            return material.preset
+        if material.law == MOONEY_RIVLIN:     # the newest of the nearest share
+            rubbers = [(abs(m.get("i2_share", 0.0) - material.i2_share), n)
+                       for n, m in reversed(self.preset_materials.items()) if m.get("law") == MOONEY_RIVLIN]
             return min(rubbers, key=lambda r: r[0])[1] if rubbers else None
         return None
 
-    def features_for(self, material: dict) -> torch.Tensor:
+    def features_for(self, material: Material) -> torch.Tensor:
         """Base features + the parameters of the learned material it uses (zeros if none; they
         carry gradients when that material is being learned)."""
         name = self.preset_for(material)

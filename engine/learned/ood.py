@@ -31,7 +31,7 @@ def force_unexpressed_share(scene) -> float:
 
 def ood_report(scene, meta: dict) -> dict:
     parts = {"force": force_unexpressed_share(scene) / 0.5}
-    w_range = meta.get("omega2_range", {}).get(scene.setup.material["kind"])
+    w_range = meta.get("omega2_range", {}).get(scene.setup.material.kind)
     if w_range:
         lo, hi = w_range
         parts["material"] = max(0.0, math.log10(lo / scene.w0sq), math.log10(scene.w0sq / hi))

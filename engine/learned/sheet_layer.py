@@ -73,7 +73,7 @@ def vertex_masses(setup) -> np.ndarray:
         return np.asarray(setup.vertex_mass, dtype=np.float64)
     area = lumped_vertex_areas(np.asarray(setup.rest, np.float64), np.asarray(setup.faces))
     area = np.where(area > 0, area, max(area.mean(), 1e-12) if area.any() else 1e-6)
-    return setup.material["density"] * area
+    return setup.material.density * area
 
 
 class SheetLayer:
@@ -91,20 +91,20 @@ class SheetLayer:
         edge_area = np.bincount(inverse, weights=np.tile(triangle_areas(rest, faces) / 3.0, 3),
                                 minlength=len(self.edges))
         # a membrane of modulus `stiffness` (N/m) stores stiffness * area * strain^2 / 2 per edge
-        self.k = material["stiffness"] * edge_area / np.maximum(self.rest_length, 1e-12) ** 2
+        self.k = material.stiffness * edge_area / np.maximum(self.rest_length, 1e-12) ** 2
         count = len(self.edges)
         self.D = sp.csr_matrix((np.r_[-np.ones(count), np.ones(count)],
                                 (np.r_[np.arange(count), np.arange(count)], self.edges.T.ravel())),
                                shape=(count, len(rest)))          # edge vectors: D x
-        self.Q = bending_matrix(rest, faces) * material["bending"]
+        self.Q = bending_matrix(rest, faces) * material.bending
         diagonal = float(np.linalg.norm(np.ptp(rest, axis=0))) or 1.0
         # the pins hold the whole sheet: their springs share its mass, not only their vertices' own
         # (with their own, a wind-blown sheet of 400 vertices pulled its pinned edge 1.5 mm)
         weight = np.asarray(setup.pin_weight, np.float64)
         held_share = float(self.mass[weight > 0].sum() / self.mass.sum()) if (weight > 0).any() else 1.0
         self.pin_k = pin_stiffness(weight, self.mass / min(1.0, held_share), material, diagonal)
-        self.air = material.get("air_damping", 0.0)
-        self.beta = material.get("damping", 0.0)
+        self.air = material.air_damping
+        self.beta = material.damping
         self.colliders = list(setup.colliders or [])
         self.floor_friction = setup.floor_friction
         self._factors, self._history = {}, {}      # per substep length

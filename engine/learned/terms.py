@@ -1,16 +1,17 @@
-"""One latent step as a sum of small energy terms.
+"""The terms of a latent step's incremental potential, one function each (the step that sums
+and minimises them, and the `StepContext` they read: `integrators.py`).
 
-A backward-Euler step from (q_n, q'_n) minimises the incremental potential
+A backward-Euler step from (q_n, q'_n) minimises over q
 
-    E(q) = inertia + elastic + external work + pins + damping + floor + colliders + friction
+    E(q) = inertia + elastic + contact (floor, colliders, friction) + forces (external work, pins) + damping
 
-over q. Each term below takes the trial state q and the step's `StepContext` and returns its
-energy, gradient and Hessian (a `Terms` triple; the Hessian is positive semi-definite, projected
-where the exact one is not), or None where it has nothing to add (no floor, no collider). To add
-a force, write one more function of that shape and list it in `QUADRATIC_TERMS` (exactly
-quadratic in q: inertia, external work, pins, damping) or `NONLINEAR_TERMS`: the integrator, the
-runtime and training all sum the same lists. The quadratic terms are summed once per step into
-one constant quadratic (`quadratic_part`), so each Newton iteration costs one matrix-vector
+Each term takes the trial state q and the step's `StepContext` and returns its energy, gradient
+and Hessian (a `Terms` triple; the Hessian is positive semi-definite, projected where the exact
+one is not), or None where it has nothing to add (no floor, no collider). To add a force, write
+one more function of that shape and list it in `QUADRATIC_TERMS` (exactly quadratic in q:
+inertia, external work, pins, damping) or `NONLINEAR_TERMS`: the integrator, the runtime and
+training all sum the same lists. The quadratic terms are summed once per step into one constant
+quadratic (`integrators.quadratic_part`), so each Newton iteration costs one matrix-vector
 product for all of them.
 """
 from __future__ import annotations
@@ -37,98 +38,24 @@ class Terms:
         return Terms(self.energy + other.energy, self.grad + other.grad, hess)
 
 
-@dataclass
-class StepContext:
-    """The inputs of one step, built in one place (`StepContext.build`)."""
-    scene: LatentScene
-    h: float
-    q_n: torch.Tensor
-    qd_n: torch.Tensor
-    force: torch.Tensor          # generalised gravity + painted forces over the step
-    pin_b: torch.Tensor          # pin targets at the end of the step, reduced
-    damping: "Damping"           # Rayleigh D = alpha I + beta K(q_n)
-    contact_prev: torch.Tensor   # contact sample positions at q_n
-    node_heights: torch.Tensor | None = None   # the nodes' heights at q_n (floor contact: `LatentScene.floor_points`)
-    exact_hessian: bool = True   # the exact elastic Hessian (Newton falls back to projected samples if needed)
-    frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: interactions.py)
-    fast_hessian: bool = False   # assemble the elastic Hessian in float32 (Newton's matrix only; energy and gradient stay float64)
-    quadratic: tuple | None = None   # (energy, gradient, Hessian) of the quadratic terms at q = 0 (`quadratic_part`)
-    start_hessian: torch.Tensor | None = None   # the exact elastic Hessian at q_n, Newton's first matrix (small subspaces
-                                                # only, where the damping is one dense matrix: `build`)
-    slip: "SlipContacts | None" = None   # the floor's and colliders' friction contacts at q_n (`slip_contacts`)
+# --------------------------------------------------------------------------- inertia
 
-    @classmethod
-    def build(cls, scene: LatentScene, frame: int, q_n, qd_n, h: float, fast=False, damping_at=None):
-        """The step's inputs. The Rayleigh damping is evaluated at this step's own start q_n, as
-        the reference does: a K from half a frame before has its null space turned away from the
-        body's present pose and damps turning and folding (a flag in wind: rel_l2 0.219 with K
-        once per 24 fps frame, 0.142 per step). In a small subspace that elastic Hessian at q_n
-        (exact) also serves as Newton's first matrix, so a step assembles one Hessian before
-        iterating. A larger one keeps K's projected samples apart (`Damping`), assembled with
-        each Newton matrix instead of on their own; Newton's first matrix is the exact one at its
-        guess (starting from the projected K at q_n missed the tolerance on undamped cloth:
-        implicit midpoint, a flag, 9 of 20 steps).
-        `fast`: Hessians assembled in float32 (they only steer Newton and set the damping).
-        `damping_at`: where K is taken instead of q_n (a longer step's midpoint, `integrators.theta_step`)."""
-        at = q_n if damping_at is None else damping_at
-        K_n = scene.elastic(at, True, False, fast)[2] if scene.dims <= REDUCED_PROJECTION_DIMS else None
-        damping = rayleigh(scene, at, fast, hessian=K_n)
-        prev = scene.contact_rest + torch.einsum("kid,d->ki", scene.contact_V, q_n)
-        force = scene.forcing(frame) + interactions.field_force(scene, frame, q_n, qd_n)  # fields on the deformed surface
-        heights = scene.node_heights(q_n.detach()) if scene.has_floor else None
-        return cls(scene, h, q_n, qd_n, force, scene.pin_b(frame + 1), damping, prev, frame=frame,
-                   node_heights=heights, fast_hessian=fast, start_hessian=None if K_n is None else K_n.detach(),
-                   slip=slip_contacts(scene, frame, q_n, prev, heights, h))
+def inertia(q, ctx: StepContext, need_hess=True) -> Terms:
+    r = q - ctx.q_n - ctx.h * ctx.qd_n
+    eye = torch.eye(len(q), dtype=q.dtype, device=q.device) / ctx.h ** 2
+    return Terms(0.5 * torch.dot(r, r) / ctx.h ** 2, r / ctx.h ** 2, eye)
 
 
-@dataclass
-class Damping:
-    """A step's Rayleigh damping matrix as D = dense + sum_k G_k^T b_k G_k. In a small subspace
-    it is all `dense` (K projected as a whole). In a larger one K is projected sample by sample,
-    and those samples' matrices `blocks` [K,m,m] are kept apart: D is applied to a vector
-    sample by sample, and its Hessian is assembled together with the elastic term's, so a
-    Newton matrix costs one assembly, not two (a 10k-vertex cloth sheet: see the README's
-    speed section)."""
-    dense: torch.Tensor
-    blocks: torch.Tensor | None = None
+# --------------------------------------------------------------------------- elastic
 
-
-def rayleigh(scene: LatentScene, q, fast=False, hessian=None) -> Damping:
-    """Rayleigh damping D = alpha I + beta K(q) (the mass matrix is I in this basis), with K made
-    positive semi-definite (`stiffness_psd`; past REDUCED_PROJECTION_DIMS per sample, kept as
-    `Damping.blocks`). `fast`: K assembled in float32; `hessian`: the exact elastic Hessian at q
-    if the caller has it."""
-    mat = scene.setup.material
-    beta, alpha = scene.damping_scales()
-    D = float(mat.get("air_damping", 0.0)) * alpha * torch.eye(scene.dims, dtype=DTYPE, device=q.device)
-    if mat.get("damping", 0.0) <= 0:
-        return Damping(D)
-    b = float(mat["damping"]) * beta
-    if scene.dims > REDUCED_PROJECTION_DIMS:
-        blocks, bending = scene.sample_hessians(q)
-        return Damping(D if bending is None else D + b * bending, b * blocks)
-    return Damping(D + b * stiffness_psd(scene, q, fast, hessian))
-
-
-REDUCED_PROJECTION_DIMS = 192   # up to this many coordinates K is projected as a whole
-
-
-def stiffness_psd(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tensor:
-    """The elastic Hessian at q with its negative eigenvalues set to zero, done on the reduced
-    matrix itself (one eigendecomposition): exact where K is positive semi-definite already, and
-    in a small subspace 2-3x cheaper than projecting every sample's 9x9 Hessian (which also
-    stiffens the modes the samples' negative curvatures cancel in the sum). Larger subspaces
-    project each sample's Hessian instead (`LatentScene.sample_hessians`, in `rayleigh`).
-    `hessian`: the exact elastic Hessian at q if the caller has it."""
-    K = scene.elastic(q, True, False, fast)[2] if hessian is None else hessian
-    K = 0.5 * (K + K.T)
-    if int(torch.linalg.cholesky_ex(K)[1]) == 0:
-        return K
-    if fast and not K.requires_grad:   # float32 like the matrix itself (an eighth faster at 96 coordinates)
-        vals, vecs = torch.linalg.eigh(K.to(torch.float32))
-        return ((vecs * vals.clamp(min=0.0)) @ vecs.T).to(K.dtype)
-    vals, vecs = torch.linalg.eigh(K.detach())
-    return with_gradient_of(K, (vecs * vals.clamp(min=0.0)) @ vecs.T)
+def elastic_term(q, ctx: StepContext, need_hess=True) -> Terms:
+    """The elastic energy, and the damping's per-sample part where it has one: that lives at the
+    same samples, so its Hessian is assembled with the elastic one."""
+    sample = sample_damping(q, ctx)
+    if sample is None:
+        return elastic(q, ctx, need_hess=need_hess)
+    t = elastic(q, ctx, need_hess=need_hess, extra=ctx.damping.blocks / ctx.h if need_hess else None)
+    return Terms(t.energy + sample[0], t.grad + sample[1], t.hess)
 
 
 def elastic(q, ctx, scene: LatentScene | None = None, need_hess=True, extra=None) -> Terms:
@@ -146,28 +73,6 @@ def elastic_energy(q, scene: LatentScene):
     return scene.elastic_energy(q)
 
 
-def inertia(q, ctx: StepContext, need_hess=True) -> Terms:
-    r = q - ctx.q_n - ctx.h * ctx.qd_n
-    eye = torch.eye(len(q), dtype=q.dtype, device=q.device) / ctx.h ** 2
-    return Terms(0.5 * torch.dot(r, r) / ctx.h ** 2, r / ctx.h ** 2, eye)
-
-
-def external_work(q, ctx: StepContext, need_hess=True) -> Terms:
-    return Terms(-torch.dot(ctx.force, q), -ctx.force, torch.zeros(len(q), len(q), dtype=q.dtype, device=q.device))
-
-
-def pins(q, ctx: StepContext, need_hess=True) -> Terms:
-    P = ctx.scene.P
-    return Terms(0.5 * q @ P @ q - torch.dot(ctx.pin_b, q), P @ q - ctx.pin_b, P)
-
-
-def damping(q, ctx: StepContext, need_hess=True) -> Terms:
-    """The dense part of the damping (all of it in a small subspace; `elastic_term` adds the rest)."""
-    dq = q - ctx.q_n
-    D = ctx.damping.dense / ctx.h
-    return Terms(0.5 * dq @ D @ dq, D @ dq, D)
-
-
 def sample_damping(q, ctx: StepContext):
     """(energy, gradient) of the damping's per-sample part (`Damping.blocks`), or None."""
     if ctx.damping.blocks is None:
@@ -176,6 +81,8 @@ def sample_damping(q, ctx: StepContext):
     Bdq = ctx.scene.sample_apply(ctx.damping.blocks, dq) / ctx.h
     return 0.5 * torch.dot(dq, Bdq), Bdq
 
+
+# --------------------------------------------------------------------------- contact
 
 def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
     """Penalty below the floor at every vertex below it (the reference's law: each as stiff as
@@ -197,6 +104,35 @@ def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
     k = m * s.floor_k
     H = Vz.T @ ((k * touching)[:, None] * Vz) if need_hess else None
     return Terms(0.5 * torch.dot(k * pen, pen), Vz.T @ (k * pen), H)
+
+
+def collider_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
+    """Penalty and friction against `setup.colliders` at the contact samples: `interactions.collider_contact`."""
+    if not ctx.scene.latent_colliders:
+        return None
+    return Terms(*interactions.collider_contact(q, ctx, need_hess))
+
+
+def friction(q, ctx: StepContext, need_hess=True) -> Terms | None:
+    """Coulomb friction at the floor's and colliders' contacts (`engine.core.friction`): the
+    smoothed dissipation potential mu lambda f0(|u|) of each contact's tangential slide u over the step."""
+    c = ctx.slip
+    if c is None:
+        return None
+    slide = torch.einsum("aid,d->ai", c.V, q - ctx.q_n) - c.surface_slide
+    n = c.normal
+    u = slide - torch.sum(slide * n, dim=1, keepdim=True) * n
+    y = torch.sqrt(torch.sum(u * u, dim=1) + 1e-300)
+    f0, f1_over_y, f1_prime = smoothed_slide(y, FRICTION_SLIP_SPEED * ctx.h / ctx.scene.scale)
+    g = torch.einsum("a,ai,aid->d", c.weight * f1_over_y, u, c.V)
+    H = None
+    if need_hess:
+        unit = u / y[:, None]
+        VT = c.V - n[:, :, None] * torch.einsum("ai,aid->ad", n, c.V)[:, None, :]       # (I - n n^T) V
+        Vu = torch.einsum("ai,aid->ad", unit, c.V)                                       # u^T V
+        a, b = c.weight * f1_over_y, c.weight * (f1_prime - f1_over_y)
+        H = torch.einsum("a,aid,aie->de", a, VT, VT) + torch.einsum("a,ad,ae->de", b, Vu, Vu)
+    return Terms(torch.sum(c.weight * f0), g, H)
 
 
 @dataclass
@@ -245,87 +181,83 @@ def slip_at(ctx: StepContext, q) -> SlipContacts | None:
     return slip_contacts(s, ctx.frame, q, s.contact_rest + torch.einsum("kid,d->ki", s.contact_V, q), heights, ctx.h)
 
 
-def friction(q, ctx: StepContext, need_hess=True) -> Terms | None:
-    """Coulomb friction at the floor's and colliders' contacts (`engine.core.friction`): the
-    smoothed dissipation potential mu lambda f0(|u|) of each contact's tangential slide u over the step."""
-    c = ctx.slip
-    if c is None:
-        return None
-    slide = torch.einsum("aid,d->ai", c.V, q - ctx.q_n) - c.surface_slide
-    n = c.normal
-    u = slide - torch.sum(slide * n, dim=1, keepdim=True) * n
-    y = torch.sqrt(torch.sum(u * u, dim=1) + 1e-300)
-    f0, f1_over_y, f1_prime = smoothed_slide(y, FRICTION_SLIP_SPEED * ctx.h / ctx.scene.scale)
-    g = torch.einsum("a,ai,aid->d", c.weight * f1_over_y, u, c.V)
-    H = None
-    if need_hess:
-        unit = u / y[:, None]
-        VT = c.V - n[:, :, None] * torch.einsum("ai,aid->ad", n, c.V)[:, None, :]       # (I - n n^T) V
-        Vu = torch.einsum("ai,aid->ad", unit, c.V)                                       # u^T V
-        a, b = c.weight * f1_over_y, c.weight * (f1_prime - f1_over_y)
-        H = torch.einsum("a,aid,aie->de", a, VT, VT) + torch.einsum("a,ad,ae->de", b, Vu, Vu)
-    return Terms(torch.sum(c.weight * f0), g, H)
+# --------------------------------------------------------------------------- forces
+
+def external_work(q, ctx: StepContext, need_hess=True) -> Terms:
+    return Terms(-torch.dot(ctx.force, q), -ctx.force, torch.zeros(len(q), len(q), dtype=q.dtype, device=q.device))
 
 
-def elastic_term(q, ctx: StepContext, need_hess=True) -> Terms:
-    """The elastic energy, and the damping's per-sample part where it has one: that lives at the
-    same samples, so its Hessian is assembled with the elastic one."""
-    sample = sample_damping(q, ctx)
-    if sample is None:
-        return elastic(q, ctx, need_hess=need_hess)
-    t = elastic(q, ctx, need_hess=need_hess, extra=ctx.damping.blocks / ctx.h if need_hess else None)
-    return Terms(t.energy + sample[0], t.grad + sample[1], t.hess)
+def pins(q, ctx: StepContext, need_hess=True) -> Terms:
+    P = ctx.scene.P
+    return Terms(0.5 * q @ P @ q - torch.dot(ctx.pin_b, q), P @ q - ctx.pin_b, P)
 
 
-def collider_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
-    """Penalty and friction against `setup.colliders` at the contact samples: `interactions.collider_contact`."""
-    if not ctx.scene.latent_colliders:
-        return None
-    return Terms(*interactions.collider_contact(q, ctx, need_hess))
+# --------------------------------------------------------------------------- damping
 
+def damping(q, ctx: StepContext, need_hess=True) -> Terms:
+    """The dense part of the damping (all of it in a small subspace; `elastic_term` adds the rest)."""
+    dq = q - ctx.q_n
+    D = ctx.damping.dense / ctx.h
+    return Terms(0.5 * dq @ D @ dq, D @ dq, D)
+
+
+@dataclass
+class Damping:
+    """A step's Rayleigh damping matrix as D = dense + sum_k G_k^T b_k G_k. In a small subspace
+    it is all `dense` (K projected as a whole). In a larger one K is projected sample by sample,
+    and those samples' matrices `blocks` [K,m,m] are kept apart: D is applied to a vector
+    sample by sample, and its Hessian is assembled together with the elastic term's, so a
+    Newton matrix costs one assembly, not two (a 10k-vertex cloth sheet: see the README's
+    speed section)."""
+    dense: torch.Tensor
+    blocks: torch.Tensor | None = None
+
+
+REDUCED_PROJECTION_DIMS = 192   # up to this many coordinates K is projected as a whole
+
+
+def damping_per_sample(scene: LatentScene) -> bool:
+    """Is the damping's K kept as per-sample blocks (`Damping.blocks`) rather than one reduced matrix?"""
+    return scene.dims > REDUCED_PROJECTION_DIMS
+
+
+def rayleigh(scene: LatentScene, q, fast=False, hessian=None) -> Damping:
+    """Rayleigh damping D = alpha I + beta K(q) (the mass matrix is I in this basis), with K made
+    positive semi-definite (`stiffness_psd`; past REDUCED_PROJECTION_DIMS per sample, kept as
+    `Damping.blocks`). `fast`: K assembled in float32; `hessian`: the exact elastic Hessian at q
+    if the caller has it."""
+    mat = scene.setup.material
+    beta, alpha = scene.damping_scales()
+    D = mat.air_damping * alpha * torch.eye(scene.dims, dtype=DTYPE, device=q.device)
+    if mat.damping <= 0:
+        return Damping(D)
+    b = mat.damping * beta
+    if damping_per_sample(scene):
+        blocks, bending = scene.sample_hessians(q)
+        return Damping(D if bending is None else D + b * bending, b * blocks)
+    return Damping(D + b * stiffness_psd(scene, q, fast, hessian))
+
+
+def stiffness_psd(scene: LatentScene, q, fast=False, hessian=None) -> torch.Tensor:
+    """The elastic Hessian at q with its negative eigenvalues set to zero, done on the reduced
+    matrix itself (one eigendecomposition): exact where K is positive semi-definite already, and
+    in a small subspace 2-3x cheaper than projecting every sample's 9x9 Hessian (which also
+    stiffens the modes the samples' negative curvatures cancel in the sum). Larger subspaces
+    project each sample's Hessian instead (`LatentScene.sample_hessians`, in `rayleigh`).
+    `hessian`: the exact elastic Hessian at q if the caller has it."""
+    K = scene.elastic(q, True, False, fast)[2] if hessian is None else hessian
+    K = 0.5 * (K + K.T)
+    if int(torch.linalg.cholesky_ex(K)[1]) == 0:
+        return K
+    if fast and not K.requires_grad:   # float32 like the matrix itself (an eighth faster at 96 coordinates)
+        vals, vecs = torch.linalg.eigh(K.to(torch.float32))
+        return ((vecs * vals.clamp(min=0.0)) @ vecs.T).to(K.dtype)
+    vals, vecs = torch.linalg.eigh(K.detach())
+    return with_gradient_of(K, (vecs * vals.clamp(min=0.0)) @ vecs.T)
+
+
+# --------------------------------------------------------------------------- the terms, in the order the step sums them
 
 QUADRATIC_TERMS = (inertia, external_work, pins, damping)
 NONLINEAR_TERMS = (elastic_term, floor_contact, collider_contact, friction)
 TERMS = QUADRATIC_TERMS + NONLINEAR_TERMS
-
-
-def quadratic_part(ctx: StepContext):
-    """(e0, g0, A) with sum of the quadratic terms = e0 + g0.q + 1/2 q^T A q, built once per step."""
-    if ctx.quadratic is None:
-        zero = torch.zeros_like(ctx.q_n)
-        out = QUADRATIC_TERMS[0](zero, ctx)
-        for term in QUADRATIC_TERMS[1:]:
-            out = out + term(zero, ctx)
-        ctx.quadratic = (out.energy, out.grad, out.hess)
-    return ctx.quadratic
-
-
-def total(q, ctx: StepContext, need_hess=True, elastic_hessian=None) -> Terms:
-    """The incremental potential at q; `elastic_hessian`: this matrix stands for the elastic
-    term's Hessian (Newton's first matrix: the one at q_n, `StepContext.start_hessian`)."""
-    e0, g0, A = quadratic_part(ctx)
-    Aq = A @ q
-    out = Terms(e0 + torch.dot(q, g0 + 0.5 * Aq), g0 + Aq, A if need_hess else None)
-    for term in NONLINEAR_TERMS:
-        if term is elastic_term and elastic_hessian is not None and need_hess:
-            t = term(q, ctx, need_hess=False)
-            t = Terms(t.energy, t.grad, elastic_hessian)
-        else:
-            t = term(q, ctx, need_hess)
-        if t is not None:
-            out = out + t
-    return out
-
-
-def total_energy(q, ctx: StepContext):
-    """The incremental potential alone (line search), +inf where a sample would invert."""
-    e0, g0, A = quadratic_part(ctx)
-    e = e0 + torch.dot(q, g0 + 0.5 * (A @ q)) + elastic_energy(q, ctx.scene)
-    sample = sample_damping(q, ctx)
-    if sample is not None:
-        e = e + sample[0]
-    for term in NONLINEAR_TERMS[1:]:   # the elastic term has a cheaper energy-only path (above)
-        t = term(q, ctx, need_hess=False)
-        if t is not None:
-            e = e + t.energy
-    return e

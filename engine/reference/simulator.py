@@ -85,26 +85,26 @@ class ReferenceSimulator:
         rest = np.asarray(setup.rest, dtype=np.float64)
         n = len(rest)
         self.diagonal = float(np.linalg.norm(rest.max(axis=0) - rest.min(axis=0))) or 1.0
-        self.cloth = mat["kind"] == "cloth"
+        self.cloth = mat.kind == "cloth"
         self.direct_solve = self.cloth  # stiff springs: CG converges slowly
         self.colliders = list(setup.colliders)
         self.lattice = None
-        if mat["kind"] == "cloth":
+        if self.cloth:
             self.W = sp.identity(n, format="csr")
             self.rest_dofs = rest
             area = lumped_vertex_areas(rest, setup.faces)
             area = np.where(area > 0, area, max(area.mean(), 1e-12) if area.any() else 1e-6)
-            self.dof_mass = mat["density"] * area
-            self.elastic = ClothModel(rest, np.asarray(setup.faces), mat["stiffness"], mat["bending"])
+            self.dof_mass = mat.density * area
+            self.elastic = ClothModel(rest, np.asarray(setup.faces), mat.stiffness, mat.bending)
         else:
             lat = Lattice(rest, np.asarray(setup.faces), lattice_cells, order=order, snap_box=pinned_box(setup))
             self.lattice = lat
             self.W = lat.W
             self.rest_dofs = lat.nodes
-            self.elastic = StableNeoHookean(lat.nodes, lat.tets, mat["stiffness"], mat["poisson"], order=order,
-                                            i2_share=mat.get("i2_share", 0.0))
-            self.dof_mass = mat["density"] * lat.node_volume
-        self.self_contact = (LatticeSelfContact(self.lattice, mat["stiffness"])
+            self.elastic = StableNeoHookean(lat.nodes, lat.tets, mat.stiffness, mat.poisson, order=order,
+                                            i2_share=mat.i2_share)
+            self.dof_mass = mat.density * lat.node_volume
+        self.self_contact = (LatticeSelfContact(self.lattice, mat.stiffness)
                              if self.lattice is not None and self_contact else None)
         self._work = None               # the running substep's count
         if self.self_contact is not None:
@@ -192,7 +192,7 @@ class ReferenceSimulator:
         pin_b, pin_c = self.pins.linear_terms(frame + 1)
         mat = self.setup.material
         _, _, K_n = self.elastic.energy_grad_hess(y_n)
-        D = mat["air_damping"] * sp.diags(self.M3) + mat["damping"] * K_n
+        D = mat.air_damping * sp.diags(self.M3) + mat.damping * K_n
         y_pred = (y_n + h * v_n).ravel()
         Mh = self.M3 / h ** 2
         t_end = frame + end
@@ -359,7 +359,7 @@ class ReferenceSimulator:
             except OutOfWork as again:
                 self.y, self.v = before
                 raise WorkBudgetExceeded(self.frame + 1, first, again, setup_load(self.setup, self.diagonal),
-                                         self.setup.material["kind"]) from None
+                                         self.setup.material.kind) from None
         self.frame += 1
         x = self.vertices()
         if not np.all(np.isfinite(x)):

@@ -14,12 +14,13 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from ..core.formats import NeurokError, atomic_write_text, read_sequence, write_sequence
+from ..core.material import Material
 from ..core.progress import ProgressBar
 from ..core.scene import resolve_material, setup_from_scene
 from ..core.setup import Setup
@@ -47,7 +48,7 @@ def log_uniform(rng, lo, hi):
     return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
 
 
-def random_material(rng, kind):
+def random_material(rng, kind) -> Material:
     if kind == "cloth":
         return resolve_material({"kind": "cloth", "stiffness": log_uniform(rng, 1e3, 3e4),
                                  "density": log_uniform(rng, 0.1, 1.0), "bending": log_uniform(rng, 1e-5, 3e-3),
@@ -63,19 +64,18 @@ def weight_strain_limit(poisson):
     return MAX_WEIGHT_STRAIN if poisson >= 0.4 else MAX_WEIGHT_STRAIN_COMPRESSIBLE
 
 
-def carry_own_weight(material, height, g=9.81):
+def carry_own_weight(material: Material, height, g=9.81) -> Material:
     """Stiffen a drawn solid that its own weight would crush (rho g H / E above
     `weight_strain_limit`): such a body has no upright rest shape to learn, only a collapse."""
-    floor = material["density"] * g * height / weight_strain_limit(material["poisson"])
-    material["stiffness"] = max(material["stiffness"], floor)
-    return material
+    floor = material.density * g * height / weight_strain_limit(material.poisson)
+    return replace(material, stiffness=max(material.stiffness, floor))
 
 
-def squeeze_limit(material, length):
+def squeeze_limit(material: Material, length):
     """The strongest squeeze (m/s^2) the generator gives a solid: rho a L / E = MAX_SQUEEZE_STRAIN.
     Harder squeezes shear a soft body into folds finer than its lattice, where the reference's
     self-contact does not reach and the mesh passes through itself (docs/PHYSICS.md (o))."""
-    return MAX_SQUEEZE_STRAIN * material["stiffness"] / (material["density"] * max(float(length), 1e-6))
+    return MAX_SQUEEZE_STRAIN * material.stiffness / (material.density * max(float(length), 1e-6))
 
 
 def _box(lo, hi):
@@ -105,11 +105,12 @@ def _random_direction(rng):
 def random_scene(rng, mesh, kind, frames, dt):
     """A random scenario of one of SCENARIOS, as a `neurok.scene/1` dict (plus its name)."""
     scenario = str(rng.choice(SCENARIOS if kind == "solid" else ("drop", "push", "wind", "swing", "poke")))
-    scene = {"format": "neurok.scene/1", "frames": frames, "dt": dt, "gravity": [0.0, 0.0, -9.81],
-             "material": random_material(rng, kind), "pins": [], "forces": [], "floor": None,
-             "initial": {"velocity": [0.0, 0.0, 0.0]}}
+    material = random_material(rng, kind)
     if kind == "solid":
-        carry_own_weight(scene["material"], float(np.ptp(mesh.vertices[:, 2])))
+        material = carry_own_weight(material, float(np.ptp(mesh.vertices[:, 2])))
+    scene = {"format": "neurok.scene/1", "frames": frames, "dt": dt, "gravity": [0.0, 0.0, -9.81],
+             "material": material.to_dict(), "pins": [], "forces": [], "floor": None,
+             "initial": {"velocity": [0.0, 0.0, 0.0]}}
     size = float(np.linalg.norm(np.ptp(mesh.vertices, axis=0)))
     zmin = float(mesh.vertices[:, 2].min())
     whole = _box([0, 0, 0], [1, 1, 1])
@@ -148,7 +149,7 @@ def random_scene(rng, mesh, kind, frames, dt):
         lo_box, hi_box = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
         hi_box[axis] = 0.25
         a = np.zeros(3)
-        a[axis] = min(strength(5.0, 60.0), squeeze_limit(scene["material"], np.ptp(mesh.vertices[:, axis])))
+        a[axis] = min(strength(5.0, 60.0), squeeze_limit(material, np.ptp(mesh.vertices[:, axis])))
         scene["floor"] = {"z": zmin}
         end = int(rng.integers(frames // 4, frames))
         scene["forces"].append({"select": _box(lo_box, hi_box), "accel": a.tolist(), "profile": {"type": "constant", "end": end}})
@@ -201,7 +202,7 @@ def draw_scene(rng, mesh, kind, frames, dt, law=None):
     """`random_scene` with the data set's solid law applied (a twist stays in the scene as "twist")."""
     scenario, scene = random_scene(rng, mesh, kind, frames, dt)
     if law:
-        scene["material"] = resolve_material({**scene["material"], **law})
+        scene["material"] = resolve_material({**scene["material"], **law}).to_dict()
     return scenario, scene
 
 

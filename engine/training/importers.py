@@ -110,7 +110,7 @@ def blender_cloth_material(settings: dict, fps: float, spring_length: float, are
         "bending": 0.1 * float(settings.get("bending_stiffness", 0.5)) * spring_length * f2,
         "damping": float(settings.get("tension_damping", 5.0)) / (k_frame * float(fps)),
         "air_damping": 0.01 * float(settings.get("air_damping", 1.0)) * float(fps) / max(mass, 1e-9),
-    }, "blender cloth material")
+    }, "blender cloth material").to_dict()
 
 
 # --------------------------------------------------------------------------- point cache -> sequence
@@ -161,7 +161,7 @@ def sequence_from_point_cache(rest, faces, positions, dt: float, gravity, materi
     g = np.asarray(gravity, dtype=np.float64).reshape(-1)
     if g.shape != (3,) or not np.all(np.isfinite(g)):
         raise FormatError(f"{where}: gravity must be three finite numbers (m/s^2)")
-    mat = resolve_material(material, f"{where}: material")
+    mat = resolve_material(material, f"{where}: material").to_dict()
     seq = Sequence(rest=rest.astype(np.float32), faces=faces.astype(np.int32).reshape(-1, 3),
                    positions=pos.astype(np.float32), dt=float(dt), gravity=g.astype(np.float32), material=mat,
                    floor_z=floor_z, meta=dict(meta or {}))

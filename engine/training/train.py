@@ -24,7 +24,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,7 @@ import torch
 
 from ..core.errors import NeurokError, SimulationFault
 from ..core.formats import read_sequence
-from ..core.physics import material_omega2
+from ..core.material import Material
 from ..core.progress import ProgressBar
 from ..core.scene import MATERIAL_PRESETS, register_learned_presets, resolve_material, setup_from_sequence
 from ..learned.checkpoint import default_model_path, load_state, model_for_payload, read_payload, save_checkpoint
@@ -94,7 +94,7 @@ def load_items(model, data, splits=("train",), limit=None, skip=(), fixed=None, 
         seq = read_sequence(e["path"])
         setup = setup_from_sequence(seq)
         if material:
-            setup.material = dict(setup.material, preset=material)
+            setup.material = replace(setup.material, preset=material)
         with torch.no_grad():
             scene = LatentScene(model, setup, fixed=fixed)
         items.append(TrainItem(setup, scene, encode_frames(scene, seq.positions), e, seq.positions))
@@ -172,7 +172,7 @@ def data_statistics(items):
     """Material ranges of the training data, kept in the checkpoint for the out-of-distribution indicator."""
     omega = {"solid": [], "cloth": []}
     for item in items:
-        omega[item.scene.kind].append(material_omega2(item.setup.material, item.scene.scale))
+        omega[item.scene.kind].append(item.setup.material.omega2(item.scene.scale))
     return {"omega2_range": {k: [min(v), max(v)] for k, v in omega.items() if v}}
 
 
@@ -369,7 +369,7 @@ def material_parameters(model, name: str, data, learn=None, base=None) -> torch.
     return param
 
 
-def median_material(data) -> dict:
+def median_material(data) -> Material:
     """The typical material of a data folder's training sequences: the median of each number,
     the kind (and solid law) they share. One clear error if they mix cloth and solids."""
     mats = [read_sequence(e["path"]).material for e in data_index(data) if e.get("split", "train") == "train"]

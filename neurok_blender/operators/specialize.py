@@ -43,7 +43,7 @@ class NEUROK_OT_specialize(_common.LearnedOnly, _common.JobOperator, bpy.types.O
         path, stored = output_path(obj)
         self._stored = stored
         model = scene_settings.model_file(context) or None
-        kind = inputs.setup.material.get("kind")
+        kind = inputs.setup.material.kind
 
         def task(job):
             def progress(fraction, message=""):
