@@ -49,13 +49,14 @@ def main(argv=None) -> int:
     import torch
     from engine.api import open_engine
     from engine.core.scene import setup_from_scene
+    from engine.core.setup import DETAILS
     from engine.evaluation.scene_eval import reference_rollout
     from engine.evaluation.scenes import uv_sphere
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None)
     p.add_argument("--radius", type=float, default=0.25)
     p.add_argument("--json", default=None)
-    p.add_argument("--detail", choices=("low", "medium", "high"), default="medium",
+    p.add_argument("--detail", choices=DETAILS, default="medium",
                    help="the learned engine's level of detail (a scene's \"detail\")")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
