@@ -91,3 +91,36 @@ def test_a_changed_setting_makes_only_its_kept_files_stale(blob, tmp_path, monke
     monkeypatch.setattr(physics_cache, "PHYSICS_VERSION", physics_cache.PHYSICS_VERSION + 1)   # the reference changed
     assert cache.prefetch([finer, other], workers=1, quiet=True) | {"seconds": 0} == {
         "jobs": 2, "computed": 2, "stale": 2, "seconds": 0}
+
+
+def _edited_copy(tmp_path, rel, old, new):
+    import shutil
+    from engine.evaluation.code_stamp import ENGINE
+    root = tmp_path / "engine"
+    if not root.exists():
+        shutil.copytree(ENGINE, root, ignore=shutil.ignore_patterns("__pycache__"))
+    path = root / rel
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {rel}"
+    path.write_text(text.replace(old, new, 1))
+    return root
+
+
+def test_the_oracle_stamp_follows_the_code_it_runs_not_the_files_it_shares(tmp_path):
+    """A kept oracle answer (minutes to remake) stays current when a comment or a definition the
+    oracle never reaches changes in a file it shares, and goes stale when code it runs changes."""
+    from engine.evaluation.code_stamp import code_fingerprint
+    from engine.evaluation.physics_cache import KEPT_CODE, KEPT_CODE_SKIP, kept_code_version
+    entries = KEPT_CODE["oracle"]
+    assert code_fingerprint(entries, KEPT_CODE_SKIP) == kept_code_version("oracle")
+    # the learned engine's integration cells: in learned/subspace.py, not used by the oracle
+    root = _edited_copy(tmp_path / "a", "learned/subspace.py", "FULL_INTEGRATION_CELLS = ", "FULL_INTEGRATION_CELLS = 1 + ")
+    root = _edited_copy(tmp_path / "a", "learned/subspace.py", '"""', '"""A new first line.\n')
+    assert code_fingerprint(entries, KEPT_CODE_SKIP, root) == kept_code_version("oracle")
+    # the weights' smoothing, which the oracle's basis is made of (reached through an import)
+    root = _edited_copy(tmp_path / "b", "learned/subspace.py", "def smooth_functions(L, mass, count: int, held=None, points=None)",
+                         "def smooth_functions(L, mass, count: int, held=None, points=None, unused=None)")
+    assert code_fingerprint(entries, KEPT_CODE_SKIP, root) != kept_code_version("oracle")
+    # a constant of the oracle's own module
+    root = _edited_copy(tmp_path / "c", "evaluation/oracle.py", "DEFAULT_HANDLES = 6", "DEFAULT_HANDLES = 7")
+    assert code_fingerprint(entries, KEPT_CODE_SKIP, root) != kept_code_version("oracle")

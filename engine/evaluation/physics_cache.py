@@ -17,7 +17,8 @@ The model-free answers (the reference, the oracle, the noise floor) are kept in 
 as well, in data/physics/<kind>/ (issue 44: a fresh machine evaluates in minutes, not hours),
 small: frames as float16 moves from the first frame, in a compressed npz, beside a stamp of what
 made them (`kept_stamp`: the reference's physics version and settings, the source, and the
-oracle's or noise floor's own code). A file whose stamp no longer matches is stale and is made
+definitions the oracle's or noise floor's code reaches, `code_stamp.py`: a comment or an unrelated
+function in the same file leaves them current). A file whose stamp no longer matches is stale and is made
 again; the others are read as they are.
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ..core.scene import setup_from_scene, setup_from_sequence
 from ..reference.budget import DEFAULT_BUDGET
 from ..reference.simulator import DEFAULT_LATTICE_CELLS, DEFAULT_SUBSTEP
 from ..reference.stamp import PHYSICS_VERSION, digest, mesh_digest, run_settings
+from .code_stamp import code_fingerprint
 
 ENGINE = Path(__file__).resolve().parent.parent
 DATA = ENGINE.parent / "data"
@@ -51,12 +53,14 @@ PHYSICS_CODE = {
     "noise_floor": ("core", "reference", "evaluation/noise.py", "evaluation/noise_floor.py", "evaluation/rollout.py"),
     "drift": ("",),   # a model's energy drift: all of engine/
 }
-# what decides a kept answer besides the reference (its PHYSICS_VERSION) and the job: that kind's own code
+# what decides a kept answer besides the reference (its PHYSICS_VERSION) and the job: the definitions
+# that kind's entry points reach outside core/ and reference/ (`code_stamp.code_fingerprint`)
 KEPT_CODE = {
     "reference": (),
-    "oracle": ("learned/subspace.py", "evaluation/oracle.py", "evaluation/rollout.py"),
-    "noise_floor": ("evaluation/noise.py", "evaluation/noise_floor.py", "evaluation/rollout.py"),
+    "oracle": (("evaluation/oracle.py", "OracleEngine"), ("evaluation/rollout.py", "predict")),
+    "noise_floor": (("evaluation/noise.py", "noise_floor_for"),),
 }
+KEPT_CODE_SKIP = ("core/", "reference/")
 SETTINGS = ("lattice_cells", "substep")     # options that are the reference's settings, not the job's identity
 
 
@@ -111,6 +115,15 @@ def code_version(parts) -> str:
                 h.update(f.read_bytes())
         _code_versions[key] = h.hexdigest()
     return _code_versions[key]
+
+
+def kept_code_version(kind: str) -> str | None:
+    """The fingerprint of the code a kept answer of this kind runs beside the reference (`KEPT_CODE`)."""
+    if not KEPT_CODE[kind]:
+        return None
+    if ("kept", kind) not in _code_versions:
+        _code_versions[("kept", kind)] = code_fingerprint(KEPT_CODE[kind], KEPT_CODE_SKIP)
+    return _code_versions[("kept", kind)]
 
 
 def job_key(job: Job) -> str:
@@ -298,7 +311,7 @@ def kept_stamp(job: Job) -> dict:
                             job.options.get("substep", DEFAULT_SUBSTEP), DEFAULT_BUDGET)
     stamp = {"kind": job.kind, "physics_version": PHYSICS_VERSION, "settings": settings,
              "options": {k: v for k, v in job.options.items() if k not in SETTINGS},
-             "source": source_digest(job), "code": code_version(KEPT_CODE[job.kind]) if KEPT_CODE[job.kind] else None}
+             "source": source_digest(job), "code": kept_code_version(job.kind)}
     stamp["fingerprint"] = digest(stamp)
     return stamp
 
