@@ -147,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "held them")
     pt.add_argument("--require-closer", action="store_true",
                     help="exit with status 1 unless the trained model's mean distance is below its prior's")
+    pt.add_argument("--sheet-layer", choices=("auto", "on", "off"), default="off",
+                    help="the sheets' full-space layer in both runs (default off: under the layer the closures "
+                         "do not act, so both runs are the same)")
 
     cb = sub.add_parser("calibration-bar", help="stiffness in Pa means Pa: Blender's 0.1 x 0.1 x 1 m bar hanging "
                                                 "from its top face, learned engine vs reference vs textbook")
@@ -274,7 +277,7 @@ def cmd_evalsuite(args):
 def cmd_prior_vs_trained(args):
     from .evaluation.prior_vs_trained import prior_vs_trained_command
     return prior_vs_trained_command(args.model, args.frames, args.json, args.sheets, args.physics, args.free_pins,
-                                    args.require_closer)
+                                    args.require_closer, args.sheet_layer)
 
 
 def cmd_calibration_bar(args):

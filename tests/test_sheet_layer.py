@@ -69,3 +69,19 @@ def test_auto_follows_the_level_of_detail():
         assert layer_wanted("on", small) and not layer_wanted("off", large)
     with pytest.raises(ValueError):
         layer_wanted("maybe", small)
+
+
+def test_the_closures_act_on_the_latent_step_alone_not_under_the_layer(engine):
+    """The bundled checkpoint's cloth closures make up for the latent step's locking on its own;
+    under the layer they bent its prediction away (the hanging grid 1.34x the prior's distance), so
+    there the run is the classical prior's (to float rounding: the checkpoint's other learned
+    outputs are zero), and without the layer it is not."""
+    from engine.learned.runtime import NeurokEngine
+    from engine.api import default_model_path
+    prior = NeurokEngine(default_model_path())
+    prior.model.classical_prior()
+    mesh = read_mesh(str(ROOT / "assets/samples/flag.obj"))
+    setup = setup_from_scene(mesh, dict(read_scene(str(ROOT / "assets/scenes/flag_wind.json")), frames=4))
+    apart = {layer: float(np.abs(engine.prepare(setup, sheet_layer=layer).bake()
+                                 - prior.prepare(setup, sheet_layer=layer).bake()).max()) for layer in ("on", "off")}
+    assert apart["on"] < 1e-6 and apart["off"] > 1e-4, apart

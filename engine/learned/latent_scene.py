@@ -45,6 +45,9 @@ class LatentScene:
                  fixed: Resolution | None = None):
         """`fixed`: this resolution instead of the one the mesh's shape asks for (`subspace.resolution`)."""
         self.model, self.setup, self.device = model, setup, device
+        # the learned closures act; a sheet's full-space layer turns them off (`NeurokRun`): they
+        # were learned to make up for the latent step's locking on its own
+        self.closures = True
         cfg = model.cfg
         mat = setup.material
         if subspace is None:
@@ -136,13 +139,18 @@ class LatentScene:
         closures would give a built-in material the kind's."""
         return self.model.energy.preset_for(self.setup.material) is not None
 
+    def _own_numbers(self) -> bool:
+        """Whether the material's own numbers stand in for the closures: a learned material's, or,
+        with the closures off, a built-in material's (the sliders' damping, the reference's membrane)."""
+        return self.learned_material or not self.closures
+
     def compression_share(self):
         """A compressed cloth edge's share of the membrane stiffness (None: all of it)."""
-        return self.model.energy.compression_share(self.features, learned_material=self.learned_material)
+        return self.model.energy.compression_share(self.features, learned_material=self._own_numbers())
 
     def damping_scales(self):
-        """(beta, alpha) multipliers: the dissipation closure's, or a learned material's own."""
-        return self.model.energy.damping_scales(self.features, learned_material=self.learned_material)
+        """(beta, alpha) multipliers: the dissipation closure's, or the material's own numbers."""
+        return self.model.energy.damping_scales(self.features, learned_material=self._own_numbers())
 
     def local(self, q):
         """Local coordinates of every cubature sample (vec F, or a triangle's two edges) at q."""

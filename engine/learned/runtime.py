@@ -113,6 +113,9 @@ class NeurokRun(Run):
             self._W = sub.W.astype(np.float32).tocsr()
         self._states, self._resume = {}, None
         self.layer = SheetLayer(setup) if self.scene.kind == "cloth" and layer_wanted(sheet_layer, setup) else None
+        # the closures make up for a locked sheet's latent step on its own; under the layer they
+        # only bent its prediction away (`neurok prior-vs-trained`: 1.06x the prior's distance, docs/MODEL_CARD.md)
+        self.scene.closures = self.layer is None
         self.encode_seconds = time.perf_counter() - t0
         with single_threaded():      # BLAS products: see `guard`
             self.ood = ood_report(self.scene, meta or {})
