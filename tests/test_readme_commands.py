@@ -59,6 +59,7 @@ CHECKS = {
     # minutes: the converged ground truth of five scenes (kept in eval_out/small/physics by make eval-small)
     "neurok prior-vs-trained": ("parse", "prior-vs-trained"),
     "neurok prior-vs-trained --require-closer": ("parse", "prior-vs-trained --require-closer"),
+    "neurok prior-vs-trained --sheet-layer auto": ("parse", "prior-vs-trained --sheet-layer auto"),
     "neurok calibration-bar": ("run", "-m engine calibration-bar"),
 }
 
