@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ((4, 2), (6, 2), (6, 20), (8, 3))     # (lattice cells, Newton iterations per substep)
+VARIANTS = ((4, 2), (6, 2), (6, 20), (8, 3), (8, 20))     # (lattice cells, Newton iterations per substep)
 
 
 def run(setup, cells, iterations):
