@@ -1,18 +1,18 @@
-"""Is the reference's lattice mirror-symmetric? Its Kuhn triangulation is not, and a symmetric body
-under a symmetric load drifts along the cells' shared diagonal.
+"""Is the reference's lattice mirror-symmetric? With one Kuhn split in every cell it was not, and a
+symmetric body under a symmetric load drifted along the cells' shared diagonal; the reference now
+mirrors the split in every other cell (PHYSICS_VERSION solid 3).
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/lattice_symmetry.py [rest] [poke] [--cells 6] [--frames 36]
 
-Every lattice cell of `reference/lattice.py` is split into six tetrahedra around its diagonal
-(0,0,0)-(1,1,1), the same in every cell, so the discretised body is stiffer along that diagonal than
-across it: squashed straight down it shears sideways along (1,1). Mirroring the split in every other
-cell along each axis (the cells then meet face to face as before) makes the lattice symmetric under
-the three axis mirrors. This runs, with the reference's split and with the mirrored one:
+The split the reference used before put six tetrahedra around the diagonal (0,0,0)-(1,1,1) of every
+cell, the same in every cell, so the discretised body was stiffer along that diagonal than across it:
+squashed straight down it sheared sideways along (1,1). Mirroring the split in every other cell along
+each axis (the cells meet face to face as before) makes the lattice symmetric under the three axis
+mirrors. This runs the reference with the old split and with the mirrored one (today's):
 - rest: a jelly ball (r = 0.25 m) set on the floor under gravity;
 - poke: the bundled jelly cube poked straight down at the centre of its top (jelly_poke.json);
 and prints how far the centre of the vertices (and the centre of the top) moves sideways (mm, x and
-y) by the last frame, and the learned engine's distance from each reference over hold-still's. Not wired into the reference: changing its frames
-needs a PHYSICS_VERSION bump and every kept reference answer made again.
+y) by the last frame, and the learned engine's distance from each reference over hold-still's.
 """
 from __future__ import annotations
 
@@ -25,31 +25,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def mirrored_tetrahedra(self):
-    """The Kuhn split of `Lattice._tetrahedra`, mirrored along axis a in cells with an odd index a."""
-    from engine.reference.lattice import KUHN_AXIS_ORDERS
-    from engine.reference.solid import TET_EDGES
+def kuhn_tetrahedra(self):
+    """The split the reference used before (PHYSICS_VERSION solid 2): every cell the same Kuhn split."""
+    from engine.reference.lattice import KUHN_AXIS_ORDERS, kuhn_tetrahedron
     p = self.order
     local = lambda o: (o[..., 0] * (p + 1) + o[..., 1]) * (p + 1) + o[..., 2]   # noqa: E731
-    cells = len(self.cell_ids)
-    out = np.zeros((6 * cells, 4 if p == 1 else 10), dtype=np.int64)
-    parity = self.cell_ids % 2
-    for code in range(8):
-        flip = np.array([(code >> a) & 1 for a in range(3)])
-        chosen = np.where((parity == flip).all(axis=1))[0]
-        for t, order in enumerate(KUHN_AXIS_ORDERS):
-            corners = [np.zeros(3, int)]
-            for a in order:
-                step = corners[-1].copy()
-                step[a] = p
-                corners.append(step)
-            corners = np.where(flip[None], p - np.array(corners), np.array(corners))
-            if np.linalg.det((corners[1:] - corners[0]).astype(float)) < 0:
-                corners[[1, 2]] = corners[[2, 1]]
-            if p == 2:
-                corners = np.concatenate([corners, [(corners[a] + corners[b]) // 2 for a, b in TET_EDGES]])
-            out[t * cells + chosen] = self.cell_nodes[chosen][:, local(corners)]
-    return out
+    return np.concatenate([self.cell_nodes[:, local(kuhn_tetrahedron(order, (0, 0, 0), p))]
+                           for order in KUHN_AXIS_ORDERS])
 
 
 def cases(frames):
@@ -66,7 +48,7 @@ def reference_frames(setup, cells, mirrored):
     from engine.reference.simulator import ReferenceSimulator
     from engine.training.generate import GENERATOR_SUBSTEP
     original = Lattice._tetrahedra
-    Lattice._tetrahedra = mirrored_tetrahedra if mirrored else original
+    Lattice._tetrahedra = original if mirrored else kuhn_tetrahedra
     try:
         sim = ReferenceSimulator(setup, lattice_cells=cells, substep=GENERATOR_SUBSTEP)
         x = np.stack(list(sim.iter_frames()))
@@ -98,7 +80,7 @@ def main(argv=None) -> int:
             continue
         setup = setup_from_scene(mesh, scene)
         model = open_engine("neurok", device="cpu").prepare(setup).bake()
-        for label, mirrored in (("Kuhn (the reference's)", False), ("mirrored", True)):
+        for label, mirrored in (("one Kuhn split (before)", False), ("mirrored (the reference's)", True)):
             x = reference_frames(setup, args.cells, mirrored)
             centre, top = sideways(setup, x)
             distance = lambda y: float(np.linalg.norm(y[1:] - x[1:], axis=2).mean())    # noqa: E731

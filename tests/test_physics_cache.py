@@ -57,7 +57,7 @@ def test_kept_answers_are_compact_stamped_and_agree_to_float16_rounding(blob, tm
     compressed npz with the stamp of what made them, read back within float16 rounding."""
     import json
     from engine.evaluation.physics_cache import kept_stamp, read_kept_stamp
-    from engine.reference.stamp import PHYSICS_VERSION
+    from engine.reference.stamp import physics_version
     job = scene_job("reference", blob, _scene(frames=8), lattice_cells=3)
     oracle = scene_job("oracle", blob, _scene(frames=8), handles=2, lattice_cells=3)
     cache = PhysicsCache(tmp_path / "models", kept=tmp_path / "kept")
@@ -65,7 +65,7 @@ def test_kept_answers_are_compact_stamped_and_agree_to_float16_rounding(blob, tm
     path = cache.path(job)
     assert path.parent == tmp_path / "kept" / "reference" and path.name.startswith(blob.name)
     stamp = read_kept_stamp(path)
-    assert stamp["fingerprint"] == kept_stamp(job)["fingerprint"] and stamp["physics_version"] == PHYSICS_VERSION
+    assert stamp["fingerprint"] == kept_stamp(job)["fingerprint"] and stamp["physics_version"] == physics_version("solid")
     assert stamp["settings"]["lattice_cells"] == 3 and stamp["settings"]["budget"]["line_search_halvings"] > 0
     fresh = compute(job)
     _moves_agree(cache.get(job), fresh)
@@ -77,20 +77,24 @@ def test_kept_answers_are_compact_stamped_and_agree_to_float16_rounding(blob, tm
 
 
 def test_a_changed_setting_makes_only_its_kept_files_stale(blob, tmp_path, monkeypatch, capsys):
-    from engine.evaluation import physics_cache
+    from engine.reference import stamp
     pinned = scene_job("reference", blob, _scene(), lattice_cells=3)
     other = scene_job("reference", blob, _scene(gravity=-5.0), lattice_cells=3)
+    sheet = scene_job("reference", make_shape("sheet", np.random.default_rng(1), 100),
+                      dict(_scene(frames=3), material={"preset": "cloth"}))
     cache = PhysicsCache(tmp_path / "models", kept=tmp_path / "kept")
-    assert cache.prefetch([pinned, other], workers=1, quiet=True)["computed"] == 2
+    assert cache.prefetch([pinned, other, sheet], workers=1, quiet=True)["computed"] == 3
     untouched = cache.path(other).stat().st_mtime_ns
     finer = scene_job("reference", blob, _scene(), lattice_cells=3, substep=1.0 / 192.0)
     assert cache.path(finer) == cache.path(pinned) and cache.is_stale(finer)     # found, and stale
     again = cache.prefetch([finer, other], workers=1)
     assert again["computed"] == 1 and again["stale"] == 1 and "1 kept answer(s)" in capsys.readouterr().out
     assert cache.path(other).stat().st_mtime_ns == untouched and cache.has(finer) and not cache.has(pinned)
-    monkeypatch.setattr(physics_cache, "PHYSICS_VERSION", physics_cache.PHYSICS_VERSION + 1)   # the reference changed
-    assert cache.prefetch([finer, other], workers=1, quiet=True) | {"seconds": 0} == {
-        "jobs": 2, "computed": 2, "stale": 2, "seconds": 0}
+    # the reference's solids changed (say, their lattice): the solids' answers are made again, the sheet's kept
+    monkeypatch.setitem(stamp.PHYSICS_VERSIONS, "solid", stamp.PHYSICS_VERSIONS["solid"] + 1)
+    assert cache.has(sheet)
+    assert cache.prefetch([finer, other, sheet], workers=1, quiet=True) | {"seconds": 0} == {
+        "jobs": 3, "computed": 2, "stale": 2, "seconds": 0}
 
 
 def _edited_copy(tmp_path, rel, old, new):
@@ -124,3 +128,20 @@ def test_the_oracle_stamp_follows_the_code_it_runs_not_the_files_it_shares(tmp_p
     # a constant of the oracle's own module
     root = _edited_copy(tmp_path / "c", "evaluation/oracle.py", "DEFAULT_HANDLES = 6", "DEFAULT_HANDLES = 7")
     assert code_fingerprint(entries, KEPT_CODE_SKIP, root) != kept_code_version("oracle")
+
+
+def test_kept_frames_are_packed_without_losing_a_bit_and_smaller_than_deflate():
+    """data/physics keeps its frames as float16 packed (time differences of the bit patterns,
+    byte planes, lzma): read back they are the very float16 numbers, inf and nan included, in less
+    room than the compressed npz's deflate gives (the cap on data/ is 60 MB)."""
+    import zlib
+    from engine.evaluation.physics_cache import pack_float16, unpack_float16
+    rng = np.random.default_rng(0)
+    t = np.linspace(0, 2, 60)[:, None, None]
+    rest = rng.normal(size=(1, 500, 3))
+    moves = (0.1 * np.sin(3 * t + rest) * rest + 1e-4 * rng.normal(size=(60, 500, 3))).astype(np.float16)
+    moves[7, 3, 1], moves[9, 4, 2] = np.inf, np.nan
+    packed = pack_float16(moves)
+    back = unpack_float16(packed, moves.shape)
+    assert back.dtype == np.float16 and np.array_equal(back.view(np.int16), moves.view(np.int16))
+    assert packed.nbytes < 0.9 * len(zlib.compress(moves.tobytes(), 6))

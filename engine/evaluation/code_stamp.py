@@ -8,7 +8,7 @@ definitions or its relative imports (`from ..learned.subspace import held_pins`,
 import subspace` then `subspace.held_pins`), to another definition in engine/. A class counts whole,
 its methods with it. What is not: calls on an object whose class the code never names (its
 module must be named in `skip` or in an entry), and folders in `skip` (for the kept answers, core/
-and reference/, whose physics the reference's PHYSICS_VERSION stamps).
+and reference/, whose physics the reference's physics version stamps).
 
 Each definition is hashed as its syntax tree without docstrings (`ast.dump`: formatting and
 comments do not count).

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import lzma
 import os
 import pickle
 import time
@@ -37,10 +38,10 @@ import numpy as np
 
 from ..core.formats import Mesh, atomic_write_bytes, read_sequence
 from ..core.progress import ProgressBar
-from ..core.scene import setup_from_scene, setup_from_sequence
+from ..core.scene import resolve_material, setup_from_scene, setup_from_sequence
 from ..reference.budget import DEFAULT_BUDGET
 from ..reference.simulator import DEFAULT_LATTICE_CELLS, DEFAULT_SUBSTEP
-from ..reference.stamp import PHYSICS_VERSION, digest, mesh_digest, run_settings
+from ..reference.stamp import digest, mesh_digest, physics_version, run_settings
 from .code_stamp import code_fingerprint
 
 ENGINE = Path(__file__).resolve().parent.parent
@@ -53,7 +54,7 @@ PHYSICS_CODE = {
     "noise_floor": ("core", "reference", "evaluation/noise.py", "evaluation/noise_floor.py", "evaluation/rollout.py"),
     "drift": ("",),   # a model's energy drift: all of engine/
 }
-# what decides a kept answer besides the reference (its PHYSICS_VERSION) and the job: the definitions
+# what decides a kept answer besides the reference (its physics version for the body's kind) and the job: the definitions
 # that kind's entry points reach outside core/ and reference/ (`code_stamp.code_fingerprint`)
 KEPT_CODE = {
     "reference": (),
@@ -291,6 +292,15 @@ def source_digest(job: Job) -> str:
     return digest(mesh_digest(mesh.vertices, mesh.faces), scene)
 
 
+def body_kind(job: Job) -> str:
+    """"solid" or "cloth": which of the reference's physics versions decides the job."""
+    if job.source[0] == "sequence":
+        with np.load(job.source[1], allow_pickle=False) as z:
+            return json.loads(str(z["material"])).get("kind", "solid")
+    material = job.source[2].get("material") or {}
+    return material["kind"] if isinstance(material, dict) and "kind" in material else resolve_material(material).kind
+
+
 def job_label(job: Job) -> str:
     name = Path(job.source[1]).stem if job.source[0] == "sequence" else (job.source[1].name or "mesh")
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in str(name))[:40]
@@ -309,7 +319,7 @@ def kept_stamp(job: Job) -> dict:
     source, and the kind's own code (`KEPT_CODE`)."""
     settings = run_settings(job.options.get("lattice_cells", DEFAULT_LATTICE_CELLS),
                             job.options.get("substep", DEFAULT_SUBSTEP), DEFAULT_BUDGET)
-    stamp = {"kind": job.kind, "physics_version": PHYSICS_VERSION, "settings": settings,
+    stamp = {"kind": job.kind, "physics_version": physics_version(body_kind(job)), "settings": settings,
              "options": {k: v for k, v in job.options.items() if k not in SETTINGS},
              "source": source_digest(job), "code": kept_code_version(job.kind)}
     stamp["fingerprint"] = digest(stamp)
@@ -326,11 +336,30 @@ def read_kept_stamp(path) -> dict | None:
 
 def _frames_arrays(frames) -> dict:
     frames = np.asarray(frames, np.float32)
-    return {"start": frames[0], "moves": (frames - frames[0]).astype(np.float16)}
+    moves = (frames - frames[0]).astype(np.float16)
+    return {"start": frames[0], "moves_packed": pack_float16(moves), "moves_shape": np.array(moves.shape)}
 
 
 def _frames_from(z) -> np.ndarray:
-    return (z["start"][None].astype(np.float32) + z["moves"].astype(np.float32)).astype(np.float32)
+    moves = (unpack_float16(z["moves_packed"], tuple(z["moves_shape"])) if "moves_packed" in z.files
+             else z["moves"])                  # kept before the packing: plain float16
+    return (z["start"][None].astype(np.float32) + moves.astype(np.float32)).astype(np.float32)
+
+
+def pack_float16(frames: np.ndarray) -> np.ndarray:
+    """Float16 frames [T, ...] as bytes, losslessly, in about half the room deflate takes: a frame
+    differs little from the one before, so the differences of their bit patterns are small integers;
+    their low and high bytes are stored apart (each plane is then runs of alike bytes), through lzma."""
+    bits = np.ascontiguousarray(frames, np.float16).view(np.int16)
+    steps = np.diff(bits, axis=0, prepend=np.zeros_like(bits[:1]))     # int16 wraps: exact on the way back
+    planes = np.ascontiguousarray(steps.view(np.uint8).reshape(-1, 2).T)
+    return np.frombuffer(lzma.compress(planes.tobytes()), np.uint8)
+
+
+def unpack_float16(packed: np.ndarray, shape) -> np.ndarray:
+    planes = np.frombuffer(lzma.decompress(np.asarray(packed, np.uint8).tobytes()), np.uint8).reshape(2, -1)
+    steps = np.ascontiguousarray(planes.T).view(np.int16).reshape(shape)
+    return np.cumsum(steps, axis=0, dtype=np.int16).view(np.float16)
 
 
 def encode_kept(job: Job, answer) -> bytes:

@@ -118,6 +118,23 @@ def suite_jobs(cfg, data, out, model_path):
     return jobs + list(beam_jobs(cfg).values()) + stress_jobs(cfg)
 
 
+def make_kept_physics(preset="small", out_dir="eval_out", model_path=None, data_dir=None) -> dict:
+    """Only what the evaluation keeps in data/ (the evaluation set, the reference's, the oracle's
+    and the noise floor's answers), made or resumed, longest first; nothing of the model runs.
+    For building the kept physics ahead, across sessions."""
+    cfg = PRESETS[preset]
+    kept = Path(data_dir) if data_dir else DATA
+    data = make_eval_set(kept / "eval" / preset, cfg["seed"], cfg["sequences"], cfg["heldout"], cfg["frames"],
+                         workers=cfg.get("workers"))
+    out = Path(out_dir) / preset
+    physics = PhysicsCache(out / "physics", kept=kept / "physics")
+    jobs = [j for j in suite_jobs(cfg, data, out, str(model_path or default_model_path())) if physics.keeps(j)]
+    info = physics.prefetch(jobs, workers=cfg.get("workers"))
+    print(f"[evalsuite] kept physics of the {preset} preset: {info['computed']} of {info['jobs']} made "
+          f"({info['stale']} stale) in {info['seconds'] / 60:.1f} min", flush=True)
+    return info
+
+
 def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None, data_dir=None, **overrides):
     """`data_dir`: where the evaluation set and the model-free physics are kept (default data/, in
     the repository: `physics_cache.DATA`); everything that depends on the model goes under `out_dir`."""

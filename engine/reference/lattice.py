@@ -2,10 +2,13 @@
 
 The mesh is embedded in a rectilinear grid of box cells (uniform, except that grid planes are
 moved or inserted to lie on the boundary of the pinned region, so a pin holds exactly what was
-painted). Each occupied cell is split into six tetrahedra along its main diagonal (Kuhn split,
-conforming across cells). With `order=2` the tetrahedra are quadratic (10 nodes: corners and
-edge midpoints), so the nodes of a cell form a 3 x 3 x 3 "sub-grid" of half spacing; quadratic
-elements bend without locking where linear ones are far too stiff.
+painted). Each occupied cell is split into six tetrahedra around one of its main diagonals (a Kuhn
+split), mirrored along each axis in every other cell, so the cells still meet face to face, and along
+an axis with an even count of cells the lattice is mirror-symmetric, as its box is. (One
+diagonal for every cell made the body stiffer along it: a symmetric body pressed straight down
+sheared sideways, experiments/lattice_symmetry.py.) With `order=2` the tetrahedra are quadratic (10
+nodes: corners and edge midpoints), so the nodes of a cell form a 3 x 3 x 3 "sub-grid" of half
+spacing; quadratic elements bend without locking where linear ones are far too stiff.
 
 Mesh vertices follow the nodes by trilinear interpolation inside the sub-grid cell they lie in
 (positive weights, exact for affine motion). Masses are lumped on the sub-grid: each sub-cell
@@ -22,10 +25,27 @@ DEFAULT_LATTICE_CELLS = 6       # quadratic cells along the longest side of a so
 MAX_LATTICE_CELLS = 500         # cap on occupied quadratic cells (linear: 8x as many, same node budget)
 SNAP_MIN = 0.05                 # an inserted grid plane is at least this share of a cell from another
 
-# Kuhn split: six tetrahedra, one per axis order, all along the 0 -> (1,1,1) diagonal
+# Kuhn split: six tetrahedra, one per axis order, all along the 0 -> (1,1,1) diagonal (before mirroring)
 KUHN_AXIS_ORDERS = ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))
 # edges of a tetrahedron, in the order of its quadratic nodes 4..9
 TET_EDGES = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))
+
+
+def kuhn_tetrahedron(axis_order, flip, p):
+    """Sub-grid corners (and, for p = 2, edge midpoints) of the Kuhn tetrahedron that walks from
+    corner 0 of a cell along `axis_order`, mirrored along the axes where `flip` is 1, positively
+    oriented."""
+    corners = [np.zeros(3, int)]
+    for a in axis_order:
+        step = corners[-1].copy()
+        step[a] = p
+        corners.append(step)
+    corners = np.where(np.asarray(flip)[None] == 1, p - np.array(corners), np.array(corners))
+    if np.linalg.det((corners[1:] - corners[0]).astype(float)) < 0:
+        corners[[1, 2]] = corners[[2, 1]]
+    if p == 2:
+        corners = np.concatenate([corners, [(corners[a] + corners[b]) // 2 for a, b in TET_EDGES]])
+    return corners
 
 
 def grid_planes(lo, hi, count, snaps=()):
@@ -125,24 +145,18 @@ class Lattice:
 
     def _tetrahedra(self):
         """[6C, 4] (linear) or [6C, 10] (quadratic: corners, then the midpoints of TET_EDGES),
-        every tetrahedron positively oriented."""
+        every tetrahedron positively oriented: the Kuhn split of each cell, mirrored along each axis
+        whose cell index is odd."""
         p = self.order
         local = lambda o: (o[..., 0] * (p + 1) + o[..., 1]) * (p + 1) + o[..., 2]   # noqa: E731
-        templates = []
-        for order in KUHN_AXIS_ORDERS:
-            corners = [np.zeros(3, int)]
-            for a in order:
-                step = corners[-1].copy()
-                step[a] = p
-                corners.append(step)
-            corners = np.array(corners)
-            if np.linalg.det((corners[1:] - corners[0]).astype(float)) < 0:
-                corners[[1, 2]] = corners[[2, 1]]
-            if p == 2:
-                mids = np.array([(corners[a] + corners[b]) // 2 for a, b in TET_EDGES])
-                corners = np.concatenate([corners, mids])
-            templates.append(local(corners))
-        return np.concatenate([self.cell_nodes[:, t] for t in templates])
+        mirror = self.cell_ids % 2                                           # [C,3]: 1 = mirrored along that axis
+        out = np.zeros((6 * len(self.cell_ids), 4 if p == 1 else 10), dtype=np.int64)
+        for code in range(8):
+            flip = np.array([(code >> a) & 1 for a in range(3)])
+            cells = np.flatnonzero((mirror == flip).all(axis=1))
+            for t, order in enumerate(KUHN_AXIS_ORDERS):
+                out[t * len(self.cell_ids) + cells] = self.cell_nodes[cells][:, local(kuhn_tetrahedron(order, flip, p))]
+        return out
 
     def _interpolation(self, rest):
         """W [N, n]: trilinear weights of each vertex on the corners of its sub-grid cell."""

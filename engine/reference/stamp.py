@@ -12,12 +12,18 @@ import numpy as np
 
 from .budget import DEFAULT_BUDGET
 
-# Bump when a change to the reference simulator, or to how a scene becomes a Setup (engine/core),
-# changes the frames it makes: every stamped file is then stale and is made again.
-# (tests/test_data_cache.py holds one stored rollout against a fresh one: a change that forgets
-# this fails there.)
-PHYSICS_VERSION = 2   # 2: Coulomb friction on the floor and colliders; cut lattice cells strained at their inside centroid
+# Bump a kind's version when a change to the reference simulator, or to how a scene becomes a Setup
+# (engine/core), changes the frames it makes for that kind of body: every file stamped with that kind is
+# then stale and is made again, the other kind's are kept. (tests/test_data_set.py holds one stored
+# rollout against a fresh one: a change that forgets this fails there.)
+#   2: Coulomb friction on the floor and colliders; cut lattice cells strained at their inside centroid
+#   solid 3: the lattice's Kuhn split mirrored in every other cell (a symmetric body stays symmetric)
+PHYSICS_VERSIONS = {"solid": 3, "cloth": 2}
 
+
+def physics_version(kind: str) -> int:
+    """The reference's physics version for a kind of body ("solid": the lattice, "cloth": the sheet)."""
+    return PHYSICS_VERSIONS[kind]
 
 def digest(*parts) -> str:
     """A short hash of strings, JSON-able values and arrays."""
@@ -41,9 +47,10 @@ def run_settings(lattice_cells: int, substep: float, budget=DEFAULT_BUDGET) -> d
             "budget": budget.as_dict() if budget is not None else None}
 
 
-def reference_stamp(vertices, faces, scene: dict, settings: dict) -> dict:
-    """What made a run: physics version, settings, mesh and scene digests, and one fingerprint of them all."""
-    stamp = {"physics_version": PHYSICS_VERSION, "settings": settings, "mesh": mesh_digest(vertices, faces),
+def reference_stamp(vertices, faces, scene: dict, settings: dict, kind: str) -> dict:
+    """What made a run of a `kind` of body: physics version, settings, mesh and scene digests, and one
+    fingerprint of them all."""
+    stamp = {"physics_version": physics_version(kind), "settings": settings, "mesh": mesh_digest(vertices, faces),
              "scene": digest(scene)}
     stamp["fingerprint"] = digest(stamp)
     return stamp
