@@ -61,6 +61,7 @@ CHECKS = {
     "neurok prior-vs-trained --require-closer": ("parse", "prior-vs-trained --require-closer"),
     "neurok prior-vs-trained --sheet-layer auto": ("parse", "prior-vs-trained --sheet-layer auto"),
     "neurok calibration-bar": ("run", "-m engine calibration-bar"),
+    "neurok evalsuite --preset full --physics-only": ("parse", "evalsuite --preset full --physics-only"),
 }
 
 # wire: the function each command hands its arguments to
