@@ -145,3 +145,15 @@ def test_kept_frames_are_packed_without_losing_a_bit_and_smaller_than_deflate():
     back = unpack_float16(packed, moves.shape)
     assert back.dtype == np.float16 and np.array_equal(back.view(np.int16), moves.view(np.int16))
     assert packed.nbytes < 0.9 * len(zlib.compress(moves.tobytes(), 6))
+
+
+def test_pruning_deletes_only_the_kept_answers_no_job_reads(blob, tmp_path):
+    """An evaluation sequence made again leaves its old answers behind under another name; pruning
+    with the jobs still in use deletes those and keeps the rest (data/ stays under its cap)."""
+    used = scene_job("reference", blob, _scene(frames=3), lattice_cells=3)
+    dropped = scene_job("reference", blob, _scene(frames=3, gravity=-5.0), lattice_cells=3)
+    cache = PhysicsCache(tmp_path / "models", kept=tmp_path / "kept")
+    cache.prefetch([used, dropped], workers=1, quiet=True)
+    assert cache.prune_kept([used]) == [cache.path(dropped)]
+    assert cache.has(used) and not cache.path(dropped).exists()
+    assert cache.prune_kept([used]) == []

@@ -218,6 +218,15 @@ class PhysicsCache:
         """A kept file for this job that other settings or code made."""
         return self.keeps(job) and self.path(job).is_file() and not self.has(job)
 
+    def prune_kept(self, jobs) -> list:
+        """Delete the kept files that none of `jobs` reads (answers for evaluation sequences made
+        again, for scenes no longer evaluated), so data/ holds only what is used; returns them."""
+        used = {self.path(j).resolve() for j in jobs if self.keeps(j)}
+        unused = sorted(f for f in self.kept.glob("*/*.npz") if f.resolve() not in used) if self.kept else []
+        for f in unused:
+            f.unlink()
+        return unused
+
     def _store(self, job: Job, answer):
         path = self.path(job)
         path.parent.mkdir(parents=True, exist_ok=True)

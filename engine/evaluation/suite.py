@@ -121,17 +121,24 @@ def suite_jobs(cfg, data, out, model_path):
 def make_kept_physics(preset="small", out_dir="eval_out", model_path=None, data_dir=None) -> dict:
     """Only what the evaluation keeps in data/ (the evaluation set, the reference's, the oracle's
     and the noise floor's answers), made or resumed, longest first; nothing of the model runs.
-    For building the kept physics ahead, across sessions."""
+    For building the kept physics ahead, across sessions. Then the kept answers that neither
+    preset reads any more are deleted (the physics of sequences made again, say)."""
     cfg = PRESETS[preset]
     kept = Path(data_dir) if data_dir else DATA
     data = make_eval_set(kept / "eval" / preset, cfg["seed"], cfg["sequences"], cfg["heldout"], cfg["frames"],
                          workers=cfg.get("workers"))
-    out = Path(out_dir) / preset
-    physics = PhysicsCache(out / "physics", kept=kept / "physics")
-    jobs = [j for j in suite_jobs(cfg, data, out, str(model_path or default_model_path())) if physics.keeps(j)]
+    model_path = str(model_path or default_model_path())
+    physics = PhysicsCache(Path(out_dir) / preset / "physics", kept=kept / "physics")
+    jobs = [j for j in suite_jobs(cfg, data, Path(out_dir) / preset, model_path) if physics.keeps(j)]
     info = physics.prefetch(jobs, workers=cfg.get("workers"))
     print(f"[evalsuite] kept physics of the {preset} preset: {info['computed']} of {info['jobs']} made "
           f"({info['stale']} stale) in {info['seconds'] / 60:.1f} min", flush=True)
+    if all((kept / "eval" / name / "index.json").is_file() for name in PRESETS):   # else its answers look unused
+        every_preset = [j for name, other in PRESETS.items()
+                        for j in suite_jobs(other, kept / "eval" / name, Path(out_dir) / name, model_path)]
+        unused = physics.prune_kept(every_preset)
+        if unused:
+            print(f"[evalsuite] deleted {len(unused)} kept answer(s) no preset reads", flush=True)
     return info
 
 
