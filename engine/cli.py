@@ -52,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     s.add_argument("--out", required=True, help="output .npz (neurok.sequence/1) or .pc2")
     s.add_argument("--lattice-cells", type=int, default=None,
-                   help="reference only: quadratic cells along a solid's longest side, rounded to an even count "
-                        "(default 6; the evaluation's converged ground truth uses 12)")
+                   help="reference only: quadratic cells along a solid's longest side (default 6; the "
+                        "evaluation's converged ground truth uses 12)")
     s.add_argument("--sheet-layer", choices=("auto", "on", "off"), default="auto",
                    help="learned engine, sheets: the full-space layer that lets a sheet hinge, crease and hang "
                         "(auto: as the scene's detail says: off at low, up to 4,000 vertices at medium, always at high; "
@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--i2-share", type=float, default=0.7,
                    help="with --law mooney_rivlin: the share of the shear modulus on the second invariant")
     g.add_argument("--lattice", type=_positive_int, default=None,
-                   help="the reference's quadratic cells along a solid's longest side, rounded to an even count (default 4: fast; 8: the "
+                   help="the reference's quadratic cells along a solid's longest side (default 4: fast; 8: the "
                         "converged paths a model is judged against, about 10x the time)")
     g.add_argument("--kind", choices=("solid", "cloth"), default=None,
                    help="only solids or only cloth sheets (default: every family)")

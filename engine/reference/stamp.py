@@ -25,6 +25,7 @@ def physics_version(kind: str) -> int:
     """The reference's physics version for a kind of body ("solid": the lattice, "cloth": the sheet)."""
     return PHYSICS_VERSIONS[kind]
 
+
 def digest(*parts) -> str:
     """A short hash of strings, JSON-able values and arrays."""
     h = hashlib.sha1()
