@@ -28,9 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def kuhn_tetrahedra(self):
     """The split the reference used before (PHYSICS_VERSION solid 2): every cell the same Kuhn split."""
     from engine.reference.lattice import KUHN_AXIS_ORDERS, kuhn_tetrahedron
-    p = self.order
-    local = lambda o: (o[..., 0] * (p + 1) + o[..., 1]) * (p + 1) + o[..., 2]   # noqa: E731
-    return np.concatenate([self.cell_nodes[:, local(kuhn_tetrahedron(order, (0, 0, 0), p))]
+    return np.concatenate([self.cell_nodes[:, kuhn_tetrahedron(order, (0, 0, 0), self.order)]
                            for order in KUHN_AXIS_ORDERS])
 
 

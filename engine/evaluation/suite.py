@@ -134,9 +134,9 @@ def make_kept_physics(preset="small", out_dir="eval_out", model_path=None, data_
     print(f"[evalsuite] kept physics of the {preset} preset: {info['computed']} of {info['jobs']} made "
           f"({info['stale']} stale) in {info['seconds'] / 60:.1f} min", flush=True)
     if all((kept / "eval" / name / "index.json").is_file() for name in PRESETS):   # else its answers look unused
-        every_preset = [j for name, other in PRESETS.items()
-                        for j in suite_jobs(other, kept / "eval" / name, Path(out_dir) / name, model_path)]
-        unused = physics.prune_kept(every_preset)
+        others = [j for name, other in PRESETS.items() if name != preset
+                  for j in suite_jobs(other, kept / "eval" / name, Path(out_dir) / name, model_path)]
+        unused = physics.prune_kept(jobs + others)
         if unused:
             print(f"[evalsuite] deleted {len(unused)} kept answer(s) no preset reads", flush=True)
     return info

@@ -32,9 +32,9 @@ TET_EDGES = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))
 
 
 def kuhn_tetrahedron(axis_order, flip, p):
-    """Sub-grid corners (and, for p = 2, edge midpoints) of the Kuhn tetrahedron that walks from
-    corner 0 of a cell along `axis_order`, mirrored along the axes where `flip` is 1, positively
-    oriented."""
+    """Local node indices in a cell (its (p+1)^3 sub-grid, row-major) of the corners (and, for p = 2,
+    edge midpoints) of the Kuhn tetrahedron that walks from corner 0 along `axis_order`, mirrored
+    along the axes where `flip` is 1, positively oriented."""
     corners = [np.zeros(3, int)]
     for a in axis_order:
         step = corners[-1].copy()
@@ -45,7 +45,7 @@ def kuhn_tetrahedron(axis_order, flip, p):
         corners[[1, 2]] = corners[[2, 1]]
     if p == 2:
         corners = np.concatenate([corners, [(corners[a] + corners[b]) // 2 for a, b in TET_EDGES]])
-    return corners
+    return (corners[:, 0] * (p + 1) + corners[:, 1]) * (p + 1) + corners[:, 2]
 
 
 def grid_planes(lo, hi, count, snaps=()):
@@ -147,15 +147,14 @@ class Lattice:
         """[6C, 4] (linear) or [6C, 10] (quadratic: corners, then the midpoints of TET_EDGES),
         every tetrahedron positively oriented: the Kuhn split of each cell, mirrored along each axis
         whose cell index is odd."""
-        p = self.order
-        local = lambda o: (o[..., 0] * (p + 1) + o[..., 1]) * (p + 1) + o[..., 2]   # noqa: E731
         mirror = self.cell_ids % 2                                           # [C,3]: 1 = mirrored along that axis
-        out = np.zeros((6 * len(self.cell_ids), 4 if p == 1 else 10), dtype=np.int64)
+        out = np.zeros((6 * len(self.cell_ids), 4 if self.order == 1 else 10), dtype=np.int64)
         for code in range(8):
             flip = np.array([(code >> a) & 1 for a in range(3)])
             cells = np.flatnonzero((mirror == flip).all(axis=1))
+            nodes = self.cell_nodes[cells]
             for t, order in enumerate(KUHN_AXIS_ORDERS):
-                out[t * len(self.cell_ids) + cells] = self.cell_nodes[cells][:, local(kuhn_tetrahedron(order, flip, p))]
+                out[t * len(self.cell_ids) + cells] = nodes[:, kuhn_tetrahedron(order, flip, self.order)]
         return out
 
     def _interpolation(self, rest):
