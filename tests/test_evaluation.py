@@ -179,3 +179,27 @@ def test_findings_judge_by_the_targets_table():
     short = findings(_one_scene(1 - within - 0.01), None, {"rows": []}, {})
     assert "moves less than the reference" in short[0] and f"within {within:.0%}" in short[0]
     assert f"{1 - within:g}..{1 + within:g}x" in no_shortfall_sentence()
+
+
+# --------------------------------------------------------------------------- ablations
+
+def test_the_latent_size_ablation_runs_the_bundled_checkpoint_at_other_handle_counts(tmp_path):
+    """The full preset's ablation builds the bundled checkpoint at 4 and 12 handles: it keeps its
+    density and learned materials, and its weights there are the mesh's eigenfunctions, which is
+    what the checkpoint's own field (learned layer zero) gives at its 8."""
+    from engine.api import default_model_path
+    from engine.evaluation.ablations import _variant
+    from engine.learned.checkpoint import load_checkpoint
+    base, _ = load_checkpoint(default_model_path())
+    functions, spectrum = torch.randn(50, 32, dtype=torch.float64), np.linspace(0.0, 30.0, 32)
+    own = base.weight_field.weights(functions, spectrum, base.cfg.handles)
+    for handles in (4, 12):
+        path, cfg = _variant(default_model_path(), tmp_path, f"handles_{handles}", handles=handles)
+        variant, meta = load_checkpoint(path)
+        assert cfg.handles == variant.cfg.handles == handles and meta["ablation"] == f"handles_{handles}"
+        assert variant.energy.preset_materials == base.energy.preset_materials
+        for key, value in base.energy.state_dict().items():
+            assert torch.equal(variant.energy.state_dict()[key], value), key
+        weights = variant.weight_field.weights(functions, spectrum, handles)
+        shared = min(handles, base.cfg.handles)
+        np.testing.assert_allclose(weights[:, :shared], own[:, :shared], atol=1e-12)

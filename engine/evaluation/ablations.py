@@ -30,17 +30,26 @@ FROM_SCRATCH_NOT_RUN = ("model v2's density always contains the classical neo-Ho
 
 def _variant(model_path, out, name, handles=None, untrained=False):
     """A checkpoint next to the ablation output: the model at `model_path` with `handles`
-    handles, and/or with an untrained (classical) density."""
+    handles, and/or with an untrained (classical) density. It keeps the checkpoint's learned
+    materials (at zero when untrained: the classical materials they name). At another number of
+    handles the weight field starts afresh, i.e. the mesh's own eigenfunctions; the checkpoint's
+    field is sized for its own handles, and a field whose learned layer is zero (the bundled
+    one's) gives exactly those eigenfunctions at its own size."""
     import torch
-    from ..learned.checkpoint import load_checkpoint, save_checkpoint
+    from ..learned.checkpoint import load_checkpoint, load_state, save_checkpoint
     from ..learned.model import ModelConfig, NeurokModel
     model, meta = load_checkpoint(model_path)
     cfg = dict(model.cfg.to_dict())
     if handles is not None:
         cfg["handles"] = int(handles)
     variant = NeurokModel(ModelConfig(**cfg))
+    for preset, material in model.energy.preset_materials.items():
+        variant.energy.add_preset(preset, material)
     if not untrained:
-        variant.load_state_dict(model.state_dict())
+        state = model.state_dict()
+        if variant.cfg.handles != model.cfg.handles:
+            state = {k: v for k, v in state.items() if not k.startswith("weight_field.")}
+        load_state(variant, state)
     else:
         torch.manual_seed(0)
     path = Path(out) / f"{name}.ckpt"
