@@ -136,3 +136,18 @@ def test_only_the_stale_sequences_are_made_again(tmp_path, capsys):
     assert result["written"] == 1 and result["stale"] == 1 and "1 sequence(s)" in capsys.readouterr().err
     assert (tmp_path / "seq_00000.npz").stat().st_mtime_ns == kept
     assert read_sequence(old).meta["stamp"]["physics_version"] == gen.draw_sequence(5, 1, 4, kind="cloth").stamp["physics_version"]
+
+
+def test_the_evaluation_reads_the_blender_primitives_its_kept_physics_was_made_from(tmp_path):
+    """bpy triangulates the UV sphere's quads differently from build to build, so the evaluation
+    reads the primitives kept in data/eval (nothing is built), and the kept reference answer of a
+    scene on one of them is found under that mesh."""
+    from engine.evaluation.heldout import blender_primitives
+    from engine.evaluation.physics_cache import KEPT, PhysicsCache
+    from engine.evaluation.scene_eval import scenes_physics
+    from engine.evaluation.suite import PRESETS
+    meshes, note = blender_primitives(tmp_path / "built")
+    assert note is None and "uv_sphere" in meshes and not (tmp_path / "built").exists()
+    cfg = dict(PRESETS["full"], scenes=("uv_sphere",))
+    [(case, jobs)] = scenes_physics(cfg, tmp_path / "meshes")[0]
+    assert PhysicsCache(tmp_path / "models", kept=KEPT).has(jobs["reference"])

@@ -148,11 +148,11 @@ def test_renderer_marks_an_inside_out_body_red(sphere, tmp_path):
 def test_blender_primitives_are_real_meshes(tmp_path):
     from engine.core.geometry import is_closed
     from engine.evaluation.heldout import blender_primitives
-    meshes, note = blender_primitives(tmp_path, ["monkey", "torus", "grid"])
+    meshes, note = blender_primitives(tmp_path, ["monkey", "torus", "grid"], kept=None)     # built here
     assert note is None and set(meshes) == {"monkey", "torus", "grid"}
     assert len(meshes["monkey"].vertices) > 500 and is_closed(meshes["torus"].faces)
     assert np.ptp(meshes["torus"].vertices, axis=0).max() == pytest.approx(0.5)
-    again, _ = blender_primitives(tmp_path, ["torus"])                 # from the cache
+    again, _ = blender_primitives(tmp_path, ["torus"], kept=None)      # from the cache
     assert np.array_equal(again["torus"].vertices, meshes["torus"].vertices)
 
 

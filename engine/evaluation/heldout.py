@@ -5,6 +5,11 @@ sphere; a grid for cloth) and the bundled sample meshes. The primitives are buil
 the `bpy` module in a child process (the engine itself never imports bpy), triangulated, scaled
 to a 0.5 m longest side and kept as plain arrays in `<cache>/primitives_<hash>.npz`; without bpy they
 are skipped, and the report says so. The cache file's name carries a hash of the recipes.
+
+A copy kept in the repository (`data/eval/primitives_<hash>.npz`) is read before any other: the
+evaluation's kept physics was made from exactly those meshes, and bpy does not triangulate the UV
+sphere's quads the same way twice (its faces differ from build to build), so a fresh build would
+miss the kept answers and move the figures.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from ..core.formats import Mesh, read_mesh
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SIZE = 0.5                      # longest side, metres
+KEPT_PRIMITIVES = ROOT / "data" / "eval"     # the primitives the kept physics was made from
 
 # name -> (operator call, subdivision cuts); the grid is the cloth
 PRIMITIVES = {
@@ -56,13 +62,16 @@ np.savez(sys.argv[2], **out)
 '''
 
 
-def blender_primitives(cache_dir, names=None) -> tuple[dict, str | None]:
-    """({name: Mesh}, note): the primitives, built once with bpy and cached; note says why some
-    are missing (None when all are there)."""
+def blender_primitives(cache_dir, names=None, kept=KEPT_PRIMITIVES) -> tuple[dict, str | None]:
+    """({name: Mesh}, note): the primitives, read from `kept` (a folder; None: not looked at) or
+    built once with bpy and cached in `cache_dir`; note says why some are missing (None when all
+    are there)."""
     names = list(names or PRIMITIVES)
     # the cache file is named by the operator calls that made it, so a changed recipe rebuilds
     key = hashlib.sha1(json.dumps(PRIMITIVES, sort_keys=True).encode()).hexdigest()[:10]
     cache = Path(cache_dir) / f"primitives_{key}.npz"
+    if kept is not None and (Path(kept) / cache.name).is_file():
+        cache = Path(kept) / cache.name
     have = {}
     if cache.is_file():
         with np.load(cache) as z:
