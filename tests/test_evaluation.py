@@ -181,6 +181,17 @@ def test_findings_judge_by_the_targets_table():
     assert f"{1 - within:g}..{1 + within:g}x" in no_shortfall_sentence()
 
 
+def test_a_scene_without_ground_truth_is_named_among_the_findings():
+    """A scene whose reference stopped is not measured, and the findings say so with where it stopped
+    (the full preset's monkey: the work budget stops the reference at frame 2)."""
+    from engine.evaluation.report import findings
+    stopped = {"name": "monkey", "error": "reference failed: WorkBudgetExceeded: the reference simulator gave up at "
+                                          "frame 2: a substep ran out of self-contact pair checks"}
+    scenes = {"scenes": _one_scene(1.0)["scenes"] + [stopped]}
+    [said] = findings(scenes, None, {"rows": []}, {})
+    assert said.startswith("**Not measured**: monkey (the reference simulator gave up at frame 2)")
+
+
 # --------------------------------------------------------------------------- ablations
 
 def test_the_latent_size_ablation_runs_the_bundled_checkpoint_at_other_handle_counts(tmp_path):

@@ -220,6 +220,16 @@ def _stress_findings(stress):
     return out + ([say("find_stress", names=", ".join(unstable))] if unstable else [])
 
 
+def _unmeasured_finding(scenes):
+    """The scenes whose reference failed (the work budget stopped it, say): nothing to compare."""
+    def why(error):     # "reference failed: WorkBudgetExceeded: the reference simulator gave up at frame 2: ..."
+        text = error.removeprefix("reference failed: ")
+        head, _, rest = text.partition(": ")
+        return (rest if head.isidentifier() and rest else text).split(":")[0]
+    parts = [f"{r['name']} ({why(r.get('error', 'failed'))})" for r in scenes.get("scenes", []) if "neurok" not in r]
+    return say("find_unmeasured", parts=", ".join(parts)) if parts else None
+
+
 def _truth_finding(scenes, result):
     limit = TARGETS["truth_volume"]
     where = [f"{r['name']} ({r['reference']['plausibility']['volume_ratio_min']:.2f})" for r in scenes.get("scenes", [])
@@ -267,7 +277,7 @@ def _mlp_finding(result):
 
 def findings(scenes, beam, stress, result) -> list[str]:
     """Plain sentences on where the model falls short, each backed by a number in the tables."""
-    out = [_scene_finding(r) for r in scenes.get("scenes", []) if "neurok" in r]
+    out = [_scene_finding(r) for r in scenes.get("scenes", []) if "neurok" in r] + [_unmeasured_finding(scenes)]
     out += [_beam_finding(beam), *_stress_findings(stress), _truth_finding(scenes, result),
             _procedural_finding(result), _energy_finding(result), _mlp_finding(result)]
     return [f for f in out if f] or [no_shortfall_sentence()]
