@@ -9,9 +9,17 @@ and how deep the iterate's lattice nodes are in the floor.
 
     python experiments/grinding_scenes.py [--seed 1] [--lattice 8] [--indices 42 21 13 71] [--cuts 3] [--frames 8]
     python experiments/grinding_scenes.py --loads [--sequences 120]
+    python experiments/grinding_scenes.py --remedies [--no-friction] [--indices 42] [--frames 8]
 
 `--loads`: the load rho*a*L/E + v/c (the guard's `load_strain`) of every solid the data set draws,
 against those of the indices (no simulation).
+
+`--remedies`: the scene run with two changes patched in here (not in the engine): Newton's inertial
+guess stops at the floor, and the self-contact step bound is followed by conservative advancement
+(the real distances measured again at the allowed share, and the step advanced while no pair has
+closed KEEP of its gap); `--no-friction` also takes the floor's friction away. Per frame: seconds,
+the most Newton iterations of any substep, the contact cuts, and the share of the elastic
+Hessian's quadrature points whose negative curvature the PSD projection clamps.
 
 Default indices and lattice: the four sequences of data/train_l8 (seed 1, 8 lattice cells) whose
 reference the work budget stops (two drops, two pokes).
@@ -24,6 +32,9 @@ import numpy as np
 
 from engine.core.guard import load_strain
 from engine.core.scene import setup_from_scene
+import time
+
+import engine.reference.solid as solid
 from engine.reference import self_contact as sc
 from engine.reference.budget import WorkBudgetExceeded
 from engine.reference.simulator import ReferenceSimulator
@@ -112,6 +123,81 @@ def loads(seed, lattice, sequences, indices):
             print(f"  seq {index} ({family} {scenario}): {load:.2f}")
 
 
+class FloorGuess(ReferenceSimulator):
+    """Newton's inertial guess stops at the floor (a node already below it stays where it is)."""
+
+    def _newton_iterations(self, total, y0, h, v0, must_converge, work):
+        if self.setup.floor_z is None:
+            return super()._newton_iterations(total, y0, h, v0, must_converge, work)
+        guess = (y0 + self._allowed(y0, h * v0) * h * v0).reshape(-1, 3)
+        start = y0.reshape(-1, 3)
+        guess[:, 2] = np.maximum(guess[:, 2], np.minimum(self.setup.floor_z, start[:, 2]))
+        # the parent starts from y0 + allowed * h * v0: hand it a velocity that lands on the guess
+        return super()._newton_iterations(total, y0, h, (guess.ravel() - y0) / h, must_converge, work)
+
+
+def advancing(con):
+    """`safe_fraction` followed by conservative advancement along the step."""
+    bound_fraction = con.safe_fraction
+
+    def fraction(y, step):
+        allowed = bound_fraction(y, step)
+        if allowed >= 1.0:
+            return allowed
+        dy = step.reshape(-1, 3)
+        nodes, is_pt = con._along[2]
+        d0, _ = con.distance(y, nodes, is_pt)
+        bound = con._reach(dy, nodes, is_pt)
+        target = d0 - sc.KEEP * np.minimum(d0, con.d_hat)
+        t = 0.0
+        for _ in range(30):
+            margin = con.distance(y + t * dy, nodes, is_pt)[0] - target
+            if (margin < 0).any():
+                break
+            grow = float(np.min(np.where(bound > 0, margin / np.maximum(bound, 1e-300), np.inf)))
+            t = min(1.0, t + grow)
+            if t >= 1.0 or grow < 0.005 * (1.0 - t):
+                break
+        return max(allowed, t)
+    return fraction
+
+
+def remedies(seed, index, lattice, frames, friction):
+    d = draw_sequence(seed, index, 32, lattice_cells=lattice)
+    scene = dict(d.scene)
+    scene.pop("twist", None)
+    setup = setup_from_scene(d.mesh, scene)
+    if not friction:
+        setup.floor_friction = 0.0
+    clamped = []
+    projected = solid.projected_pointwise_hessian
+
+    def counting(F, mu, c, a, clamp=True):
+        H = projected(F, mu, c, a, clamp=False)
+        w = np.linalg.eigvalsh(0.5 * (H + np.swapaxes(H, 1, 2)))
+        clamped.append(float((w.min(axis=1) < -1e-9 * np.maximum(w, 0).sum(axis=1)).mean()))
+        return projected(F, mu, c, a, clamp)
+
+    solid.projected_pointwise_hessian = counting
+    sim = FloorGuess(setup, lattice_cells=lattice, substep=GENERATOR_SUBSTEP)
+    sim.self_contact.safe_fraction = advancing(sim.self_contact)
+    sim.work_log = []
+    print(f"seq {index}: {d.family} {d.scenario}, guess at the floor, conservative advancement, "
+          f"floor friction {'on' if friction else 'off'}", flush=True)
+    try:
+        for _ in range(frames - 1):
+            t0, clamped[:] = time.perf_counter(), []
+            sim.step_frame()
+            work, sim.work_log = sim.work_log, []
+            print(f"  frame {sim.frame}: {time.perf_counter() - t0:.1f} s, {len(work)} substeps, Newton iterations at most "
+                  f"{max(w.newton_iterations for w in work)}, contact cuts {max(w.contact_cut_halvings for w in work)}, "
+                  f"quadrature points with negative curvature clamped {np.mean(clamped):.0%}", flush=True)
+    except WorkBudgetExceeded as stopped:
+        print(f"  {str(stopped)[:160]}", flush=True)
+    finally:
+        solid.projected_pointwise_hessian = projected
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=1)
@@ -121,7 +207,13 @@ def main():
     ap.add_argument("--frames", type=int, default=8)
     ap.add_argument("--loads", action="store_true")
     ap.add_argument("--sequences", type=int, default=120)
+    ap.add_argument("--remedies", action="store_true")
+    ap.add_argument("--no-friction", action="store_true")
     args = ap.parse_args()
+    if args.remedies:
+        for index in args.indices:
+            remedies(args.seed, index, args.lattice, args.frames, not args.no_friction)
+        return
     if args.loads:
         loads(args.seed, args.lattice, args.sequences, set(args.indices))
         return
