@@ -43,17 +43,6 @@ from engine.training.generate import GENERATOR_SUBSTEP, draw_sequence
 SAMPLES = 201
 
 
-def reachable_pairs(con, y, dy):
-    """The pairs `safe_fraction` weighs for the step dy: nodes, kinds, distances now and the bound
-    on how much each can change along the step."""
-    motion = np.linalg.norm(dy - dy[con.points].mean(axis=0), axis=1)
-    nodes, is_pt = con._candidates(y, con.d_hat, 2.0 * motion)
-    d0, _ = con.distance(y, nodes, is_pt)
-    bound = con._reach(dy, nodes, is_pt)
-    keep = d0 - bound < con.d_hat
-    return nodes[keep], is_pt[keep], d0[keep]
-
-
 def along_step(con, y, dy, nodes, is_pt, d0):
     """(closest distance of each pair along the whole step, the first share of the step at which a
     pair has really closed KEEP of its gap)."""
@@ -84,7 +73,8 @@ def diagnose(seed, index, lattice, cuts, frames):
         allowed = bound_fraction(y, step)
         if allowed < 0.1 and len(seen) < cuts:
             dy = step.reshape(-1, 3)
-            nodes, is_pt, d0 = reachable_pairs(con, y, dy)
+            nodes, is_pt = con._along[2]          # the pairs the bound just weighed as reachable
+            d0, _ = con.distance(y, nodes, is_pt)
             closest, first = along_step(con, y, dy, nodes, is_pt, d0)
             depth = (floor - y[:, 2]).max() / half_cell if floor is not None else float("nan")
             seen.append(allowed)
