@@ -114,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--model")
     b.add_argument("--sizes", default="1000,10000,100000")
     b.add_argument("--frames", type=_positive_int, default=24)
+    b.add_argument("--reference-frames", type=_positive_int, default=None,
+                   help="frames the reference simulator runs per size (default 8, 3 from 50k vertices)")
 
     sp = sub.add_parser("specialize", help="fine-tune the model for one mesh with the reference simulator")
     sp.add_argument("--mesh", required=True)
@@ -245,7 +247,8 @@ def cmd_eval(args):
 
 def cmd_bench(args):
     from .evaluation.bench import bench_command
-    bench_command(args.json, args.model, [int(s) for s in args.sizes.split(",")], args.frames)
+    bench_command(args.json, args.model, [int(s) for s in args.sizes.split(",")], args.frames,
+                  reference_frames=args.reference_frames)
 
 
 def cmd_specialize(args):

@@ -265,9 +265,11 @@ class _Sequence:
 
 
 def train_latent_mlp(model_path, data_dir, minutes: float | None = 5.0, steps: int | None = None, out=None,
-                     seed: int = 0, quiet: bool = False, batch: int = 64, hidden: int = 256, log=None):
-    """Train the latent-MLP baseline on the training split of `data_dir`, in the latent space of
-    the (frozen) NeuROK model at `model_path`. Saves to `out` when given; returns the module."""
+                     seed: int = 0, quiet: bool = False, batch: int = 64, hidden: int = 256, log=None,
+                     sequences: int | None = None):
+    """Train the latent-MLP baseline on the training split of `data_dir` (its first `sequences`
+    when given), in the latent space of the (frozen) NeuROK model at `model_path`. Saves to `out`
+    when given; returns the module."""
     from ..core.progress import ProgressBar
     from ..training.train import load_items
     torch.manual_seed(seed)
@@ -275,7 +277,7 @@ def train_latent_mlp(model_path, data_dir, minutes: float | None = 5.0, steps: i
     model, _ = load_checkpoint(model_path)
     for p in model.parameters():
         p.requires_grad_(False)
-    items = load_items(model, data_dir, ("train",), fixed=base_resolution(model))
+    items = load_items(model, data_dir, ("train",), limit=sequences, fixed=base_resolution(model))
     if not items:
         raise NeurokError(f"{data_dir}: no training sequences for the latent-MLP baseline")
     with torch.no_grad():

@@ -325,7 +325,7 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
             if bar:
                 bar.update(1, postfix=f"neurok/{d} {nv} v: {r['ms_per_frame']:.1f} ms/frame")
         if reference:
-            rf = reference_frames or (min(frames, 3) if nv >= LARGE_MESH else min(frames, 8))
+            rf = min(frames, reference_frames) if reference_frames else (min(frames, 3) if nv >= LARGE_MESH else min(frames, 8))
             r = bench_reference(setup, rf)
             row = dict({"engine": "reference", "device": "cpu", "vertices": nv}, **r)
             if rf < frames:

@@ -575,7 +575,8 @@ def _commands(suite, command, out) -> str:
     return "\n".join([command,
                       f"# pieces: python -m engine eval --model {model} --data {data} --json {out}/eval.json",
                       f"#         python -m engine bench --model {model} --json {out}/bench.json "
-                      f"--sizes {','.join(str(s) for s in cfg['bench_sizes'])} --frames {cfg['bench_frames']}"])
+                      f"--sizes {','.join(str(s) for s in cfg['bench_sizes'])} --frames {cfg['bench_frames']}"
+                      + (f" --reference-frames {cfg['bench_reference_frames']}" if cfg.get("bench_reference_frames") else "")])
 
 
 def _scene_fields(scenes, beam, stress, result, cfg, figs, docs) -> dict:
