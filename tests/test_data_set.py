@@ -59,6 +59,27 @@ def test_generate_skips_a_scene_the_work_budget_stops_and_writes_the_others(tmp_
     assert len(made) == 2 and "wrote 0 sequences" in capsys.readouterr().out
 
 
+def test_a_scene_skipped_under_other_rules_for_giving_up_is_made_again(tmp_path, monkeypatch, capsys):
+    """A skip is remembered with the reference's rules for giving up (`budget.GIVING_UP`): when they
+    change (the retry's Newton cap was raised from 20 to 100), the skipped scene is tried again and
+    the sequences already made are kept."""
+    real = gen.ReferenceSimulator
+    made = []
+    monkeypatch.setattr(gen, "ReferenceSimulator", lambda setup, **settings: (made.append(setup), real(
+        setup, budget=Work(newton_iterations=0), **settings) if len(made) == 2 else real(setup, **settings))[1])
+    assert _generate(tmp_path) == 0
+    index = _index(tmp_path)
+    assert list(index["skipped"]) == ["seq_00001.npz"]
+    index["skipped"]["seq_00001.npz"]["gave_up_under"] = {"retry_factor": 4, "retry_newton_iterations": 20}
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    monkeypatch.setattr(gen, "ReferenceSimulator", real)
+    capsys.readouterr()
+    assert _generate(tmp_path) == 0
+    assert "wrote 1 sequence" in capsys.readouterr().out
+    index = _index(tmp_path)
+    assert [e["file"] for e in index["sequences"]] == ["seq_00000.npz", "seq_00001.npz"] and not index["skipped"]
+
+
 def test_ctrl_c_keeps_the_finished_sequences_and_the_run_resumes(tmp_path, monkeypatch, capsys):
     real, calls = gen._worker, []
 

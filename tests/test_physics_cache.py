@@ -157,3 +157,22 @@ def test_pruning_deletes_only_the_kept_answers_no_job_reads(blob, tmp_path):
     assert cache.prune_kept([used]) == [cache.path(dropped)]
     assert cache.has(used) and not cache.path(dropped).exists()
     assert cache.prune_kept([used]) == []
+
+
+def test_a_failure_kept_under_other_rules_for_giving_up_is_computed_again(blob, tmp_path):
+    """A run the reference gave up on is kept as a failure with the rules it gave up under
+    (`budget.GIVING_UP`); under new rules (the retry's Newton cap raised from 20 to 100) it is
+    computed again, kept in data/ or not, and a failure under today's rules is not."""
+    from engine.evaluation.physics_cache import PhysicsRunFailed
+    job = scene_job("reference", blob, _scene(frames=3), lattice_cells=3)
+    for cache in (PhysicsCache(tmp_path / "models", kept=tmp_path / "kept"), PhysicsCache(tmp_path / "local")):
+        cache._store(job, PhysicsRunFailed("WorkBudgetExceeded: the reference simulator gave up at frame 1"))
+        assert cache.has(job)
+        with pytest.raises(PhysicsRunFailed):
+            cache.get(job)
+        old = PhysicsRunFailed("WorkBudgetExceeded: the reference simulator gave up at frame 1")
+        old.gave_up_under = {"retry_factor": 4, "retry_newton_iterations": 20}
+        cache._store(job, old)
+        assert cache.has(job) == (cache.kept is None)        # a local file's answer is read before it is judged
+        assert cache.get(job).shape == (3, len(blob.vertices), 3)
+        assert cache.has(job) and cache.get(job).shape == (3, len(blob.vertices), 3)

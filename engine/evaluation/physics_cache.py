@@ -39,7 +39,7 @@ import numpy as np
 from ..core.formats import Mesh, atomic_write_bytes, read_sequence
 from ..core.progress import ProgressBar
 from ..core.scene import resolve_material, setup_from_scene, setup_from_sequence
-from ..reference.budget import DEFAULT_BUDGET
+from ..reference.budget import DEFAULT_BUDGET, GIVING_UP
 from ..reference.simulator import DEFAULT_LATTICE_CELLS, DEFAULT_SUBSTEP
 from ..reference.stamp import digest, mesh_digest, physics_version, run_settings
 from .code_stamp import code_fingerprint
@@ -66,7 +66,12 @@ SETTINGS = ("lattice_cells", "substep")     # options that are the reference's s
 
 
 class PhysicsRunFailed(RuntimeError):
-    """The reference (or the oracle) gave up on a job; the text says why."""
+    """The reference (or the oracle) gave up on a job; the text says why. `gave_up_under`: the
+    reference's rules for giving up (`budget.GIVING_UP`) it failed under; under others it is tried again."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.gave_up_under = dict(GIVING_UP)
 
 
 @dataclass(frozen=True)
@@ -211,7 +216,9 @@ class PhysicsCache:
 
     def has(self, job: Job) -> bool:
         if self.keeps(job):
-            return (read_kept_stamp(self.path(job)) or {}).get("fingerprint") == kept_stamp(job)["fingerprint"]
+            stamp, failed = read_kept_head(self.path(job))
+            return ((stamp or {}).get("fingerprint") == kept_stamp(job)["fingerprint"]
+                    and not (failed and stamp.get("gave_up_under") != GIVING_UP))
         return self.path(job).is_file()
 
     def is_stale(self, job: Job) -> bool:
@@ -246,6 +253,8 @@ class PhysicsCache:
         """The job's answer (from the folder, else computed here and kept); raises
         PhysicsRunFailed when the physics gave up on it."""
         answer = self._load(job) if self.has(job) else None
+        if isinstance(answer, PhysicsRunFailed) and getattr(answer, "gave_up_under", None) != GIVING_UP:
+            answer = None                   # a failure under the reference's old rules for giving up
         if answer is None:
             answer = compute(job)
             self._store(job, answer)
@@ -336,11 +345,16 @@ def kept_stamp(job: Job) -> dict:
 
 
 def read_kept_stamp(path) -> dict | None:
+    return read_kept_head(path)[0]
+
+
+def read_kept_head(path) -> tuple[dict | None, bool]:
+    """(the stamp of a kept answer or None, whether the answer is a failure)."""
     try:
         with np.load(path, allow_pickle=False) as z:
-            return json.loads(str(z["stamp"]))
+            return json.loads(str(z["stamp"])), "failed" in json.loads(str(z["info"]))
     except (OSError, KeyError, ValueError):
-        return None
+        return None, False
 
 
 def _frames_arrays(frames) -> dict:
@@ -375,7 +389,8 @@ def encode_kept(job: Job, answer) -> bytes:
     """A kept answer as compressed npz bytes: the stamp, the frames (float16 moves from frame 0) and
     the rest as JSON."""
     arrays, info = {}, {}
-    if isinstance(answer, PhysicsRunFailed):
+    failed = isinstance(answer, PhysicsRunFailed)
+    if failed:
         info["failed"] = str(answer)
     elif job.kind == "reference":
         arrays.update(_frames_arrays(answer))
@@ -386,6 +401,8 @@ def encode_kept(job: Job, answer) -> bytes:
     else:
         info["answer"] = answer
     stamp = dict(kept_stamp(job), label=job_label(job), made=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    if failed:
+        stamp["gave_up_under"] = getattr(answer, "gave_up_under", GIVING_UP)
     buf = io.BytesIO()
     np.savez_compressed(buf, stamp=np.array(json.dumps(stamp)), info=np.array(json.dumps(_plain(info))), **arrays)
     return buf.getvalue()

@@ -28,8 +28,8 @@ from ..core.geometry import lumped_vertex_areas
 from ..core.friction import changed
 from ..core.physics import FLOOR_OMEGA2
 from ..core.scene import Setup
-from .budget import (BUDGET_RETRY_FACTOR, DEFAULT_BUDGET, OutOfWork, SubstepWork, Work, WorkBudgetExceeded, halvings,
-                     setup_load)
+from .budget import (BUDGET_RETRY_FACTOR, DEFAULT_BUDGET, RETRY_NEWTON_ITERATIONS, OutOfWork, SubstepWork, Work,
+                     WorkBudgetExceeded, halvings, setup_load)
 from .cloth import ClothModel
 from .interactions import collider_terms, external_accel, friction_contacts, friction_terms
 from .lattice import DEFAULT_LATTICE_CELLS, Lattice
@@ -279,7 +279,8 @@ class ReferenceSimulator:
         if not np.isfinite(energy):             # the inertial guess inverts an element: start at rest
             yf = y0.copy()
             energy, grad, H = total(yf)
-        for _ in range(self.newton_iterations):
+        cap = max(self.newton_iterations, RETRY_NEWTON_ITERATIONS) if must_converge else self.newton_iterations
+        for _ in range(cap):
             work.spend("newton_iterations")
             step = -self._solve(H, grad)
             allowed = self._allowed(yf, step, work)
@@ -291,7 +292,7 @@ class ReferenceSimulator:
                 return yf
             energy, grad, H = total(yf)
         if must_converge:
-            raise OutOfWork("newton_iterations", self.newton_iterations, self.newton_iterations)
+            raise OutOfWork("newton_iterations", cap, cap)
         return yf
 
     def _contact_on(self):
@@ -347,8 +348,8 @@ class ReferenceSimulator:
 
     def step_frame(self):
         """The next frame; a frame whose substep runs out of work is computed again with
-        BUDGET_RETRY_FACTOR times the substeps, where Newton must also converge in each; if it
-        runs out again the run stops."""
+        BUDGET_RETRY_FACTOR times the substeps, where Newton must also converge in each (within
+        RETRY_NEWTON_ITERATIONS); if it runs out again the run stops."""
         before = (self.y.copy(), self.v.copy())
         try:
             self._substeps(self.substeps)

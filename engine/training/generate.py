@@ -24,7 +24,7 @@ from ..core.material import Material
 from ..core.progress import ProgressBar
 from ..core.scene import resolve_material, setup_from_scene
 from ..core.setup import Setup
-from ..reference.budget import WorkBudgetExceeded
+from ..reference.budget import GIVING_UP, WorkBudgetExceeded
 from ..reference.simulator import ReferenceSimulator
 from ..reference.stamp import reference_stamp, run_settings
 from .shapes import FAMILIES, SHEET_FAMILIES, make_shape
@@ -288,7 +288,7 @@ def _worker(args):
     except WorkBudgetExceeded as stopped:
         d = draw_sequence(seed, index, frames, dt, law=law, lattice_cells=lattice_cells, kind=kind)
         return {"skipped": d.file, "family": d.family, "scenario": d.scenario, "stamp": d.stamp["fingerprint"],
-                "reason": str(stopped)}
+                "gave_up_under": GIVING_UP, "reason": str(stopped)}
     if not np.all(np.isfinite(seq.positions)):
         raise NeurokError(f"sequence {index} produced NaN")
     write_sequence(Path(out) / entry["file"], seq, compact=True)
@@ -364,7 +364,8 @@ class DataSetPlan:
             fingerprint = d.stamp["fingerprint"]
             if self.entries.get(d.file, {}).get("stamp") == fingerprint:
                 continue
-            if self.skipped.get(d.file, {}).get("stamp") == fingerprint:
+            skip = self.skipped.get(d.file, {})
+            if skip.get("stamp") == fingerprint and skip.get("gave_up_under") == GIVING_UP:
                 self.entries.pop(d.file, None)
                 continue
             adopted = self._adopt(d, frames)
