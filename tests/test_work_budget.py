@@ -64,8 +64,8 @@ def test_an_extreme_push_stops_the_reference_in_seconds_with_one_line():
 def test_a_landing_under_friction_finishes_where_its_retry_needs_more_than_20_newton_iterations():
     """A soft blob (E = 11 kPa) dropped on the floor with friction, data/train_l8's #42, which the
     work budget used to stop at its landing: the first pass runs out of pair checks, and the
-    retry's substeps converge, but in more than 20 Newton iterations (experiments/grinding_scenes.py
-    --retry). Now they may take up to 100 and the frame lands upright, on the floor."""
+    retry's substeps converge, but in more than 20 Newton iterations. Now they may take up to 100
+    and the frame lands upright, on the floor."""
     from engine.reference.simulator import ReferenceSimulator
     from engine.training.generate import GENERATOR_SUBSTEP, draw_sequence
     d = draw_sequence(1, 42, 32, lattice_cells=8)
