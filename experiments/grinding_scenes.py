@@ -10,6 +10,7 @@ and how deep the iterate's lattice nodes are in the floor.
     python experiments/grinding_scenes.py [--seed 1] [--lattice 8] [--indices 42 21 13 71] [--cuts 3] [--frames 8]
     python experiments/grinding_scenes.py --loads [--sequences 120]
     python experiments/grinding_scenes.py --remedies [--no-friction] [--indices 42] [--frames 8]
+    python experiments/grinding_scenes.py --trace [--abs] [--no-friction] [--cap 20] [--indices 42] [--frames 3]
 
 `--loads`: the load rho*a*L/E + v/c (the guard's `load_strain`) of every solid the data set draws,
 against those of the indices (no simulation).
@@ -20,6 +21,12 @@ guess stops at the floor, and the self-contact step bound is followed by conserv
 closed KEEP of its gap); `--no-friction` also takes the floor's friction away. Per frame: seconds,
 the most Newton iterations of any substep, the contact cuts, and the share of the elastic
 Hessian's quadrature points whose negative curvature the PSD projection clamps.
+
+`--trace`: the scene run as the engine runs it, with the retry's Newton iterations capped at `--cap`
+(the engine's RETRY_NEWTON_ITERATIONS is 100); a retry substep that does not converge prints each of
+its iterations: the share self-contact allowed, the line search's share, the step's size over the
+body's, and the Newton decrement. `--abs`: the elastic Hessian's negative eigenvalues flipped to their
+absolute value instead of clamped to zero.
 
 Default indices and lattice: the four sequences of data/train_l8 (seed 1, 8 lattice cells) whose
 reference the work budget stops (two drops, two pokes).
@@ -188,6 +195,66 @@ def remedies(seed, index, lattice, frames, friction):
         solid.projected_pointwise_hessian = projected
 
 
+def trace(seed, index, lattice, frames, friction, cap, flip):
+    import engine.reference.simulator as simulator
+    d = draw_sequence(seed, index, 32, lattice_cells=lattice)
+    scene = dict(d.scene)
+    scene.pop("twist", None)
+    setup = setup_from_scene(d.mesh, scene)
+    if not friction:
+        setup.floor_friction = 0.0
+    projected = solid.projected_pointwise_hessian
+
+    def absolute(F, mu, c, a, clamp=True):
+        H = projected(F, mu, c, a, clamp=False)
+        w, v = np.linalg.eigh(0.5 * (H + np.swapaxes(H, 1, 2)))
+        return (v * np.abs(w)[:, None, :]) @ np.swapaxes(v, 1, 2)
+
+    class Traced(ReferenceSimulator):
+        def _newton_iterations(self, total, y0, h, v0, must_converge, work):
+            yf = y0 + self._allowed(y0, h * v0) * h * v0
+            energy, grad, H = total(yf)
+            if not np.isfinite(energy):
+                yf = y0.copy()
+                energy, grad, H = total(yf)
+            rows = []
+            for _ in range(cap if must_converge else self.newton_iterations):
+                work.spend("newton_iterations")
+                step = -self._solve(H, grad)
+                allowed = self._allowed(yf, step, work)
+                slope = float(np.dot(grad, step))
+                alpha = simulator.line_search(total, yf, energy, slope, step, allowed)
+                work.spend("line_search_halvings", simulator.halvings(allowed, alpha))
+                self._spend_pair_checks(work)
+                yf = yf + alpha * step
+                rows.append((allowed, alpha, np.max(np.abs(step)) / self.diagonal, -slope))
+                if allowed == 1.0 and np.max(np.abs(alpha * step)) < self.tolerance * self.diagonal:
+                    return yf
+                energy, grad, H = total(yf)
+            if must_converge:
+                print(f"  a retry substep did not converge in {cap} iterations:")
+                for row in rows:
+                    print("    allowed %.3g  line search %.3g  |step|/size %.3g  decrement %.3g" % row)
+                raise simulator.OutOfWork("newton_iterations", cap, cap)
+            return yf
+
+    if flip:
+        solid.projected_pointwise_hessian = absolute
+    sim = Traced(setup, lattice_cells=lattice, substep=GENERATOR_SUBSTEP)
+    print(f"seq {index}: {d.family} {d.scenario}, retry cap {cap}, floor friction {'on' if friction else 'off'}, "
+          f"negative curvature {'flipped' if flip else 'clamped'}", flush=True)
+    try:
+        for _ in range(frames - 1):
+            t0 = time.perf_counter()
+            x = sim.step_frame()
+            print(f"  frame {sim.frame}: {time.perf_counter() - t0:.1f} s, lowest point {x[:, 2].min() - setup.floor_z:+.4f} m "
+                  f"from the floor, most Newton iterations {sim.work_peak.newton_iterations}", flush=True)
+    except WorkBudgetExceeded as stopped:
+        print(f"  {str(stopped)[:200]}", flush=True)
+    finally:
+        solid.projected_pointwise_hessian = projected
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=1)
@@ -199,7 +266,14 @@ def main():
     ap.add_argument("--sequences", type=int, default=120)
     ap.add_argument("--remedies", action="store_true")
     ap.add_argument("--no-friction", action="store_true")
+    ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--abs", action="store_true")
+    ap.add_argument("--cap", type=int, default=20)
     args = ap.parse_args()
+    if args.trace:
+        for index in args.indices:
+            trace(args.seed, index, args.lattice, args.frames, not args.no_friction, args.cap, args.abs)
+        return
     if args.remedies:
         for index in args.indices:
             remedies(args.seed, index, args.lattice, args.frames, not args.no_friction)
