@@ -177,7 +177,7 @@ def test_the_evaluation_reads_the_blender_primitives_its_kept_physics_was_made_f
 def test_data_holds_every_evaluation_scenes_reference(tmp_path):
     """Both presets' scenes have their ground truth kept in data/physics, current and finished (a
     scene whose reference gave up would be evaluated on nothing): the jelly Suzanne and ico sphere
-    on the 8-cell lattice where their reference finishes (`scene_eval.FINISHED_COARSER`)."""
+    on the 8- and 6-cell lattices where their reference finishes (`scene_eval.FINISHED_COARSER`)."""
     from engine.evaluation.physics_cache import KEPT, PhysicsCache, read_kept_head
     from engine.evaluation.scene_eval import scenes_physics
     from engine.evaluation.suite import PRESETS
@@ -188,4 +188,4 @@ def test_data_holds_every_evaluation_scenes_reference(tmp_path):
             assert cache.has(job), f"{preset} {case[0]}: no current reference kept in data/physics"
             assert not read_kept_head(cache.path(job))[1], f"{preset} {case[0]}: the kept reference is a failure"
     full = scenes_physics(dict(PRESETS["full"], scenes=("monkey", "ico_sphere")), tmp_path / "meshes")[0]
-    assert {c[0]: j["reference"].options["lattice_cells"] for c, j in full} == {"monkey": 8, "ico_sphere": 8}
+    assert {c[0]: j["reference"].options["lattice_cells"] for c, j in full} == {"monkey": 8, "ico_sphere": 6}
