@@ -11,6 +11,7 @@ and how deep the iterate's lattice nodes are in the floor.
     python experiments/grinding_scenes.py --loads [--sequences 120]
     python experiments/grinding_scenes.py --remedies [--no-friction] [--indices 42] [--frames 8]
     python experiments/grinding_scenes.py --trace [--abs] [--no-friction] [--cap 20] [--indices 42] [--frames 3]
+    python experiments/grinding_scenes.py --trace --scene monkey --lattice 12 --cap 100 [--no-friction] [--frames 5]
 
 `--loads`: the load rho*a*L/E + v/c (the guard's `load_strain`) of every solid the data set draws,
 against those of the indices (no simulation).
@@ -195,12 +196,27 @@ def remedies(seed, index, lattice, frames, friction):
         solid.projected_pointwise_hessian = projected
 
 
-def trace(seed, index, lattice, frames, friction, cap, flip):
+def evaluation_scene(name):
+    """(title, mesh, scene, the reference's substep) of a full-preset evaluation scene."""
+    from pathlib import Path
+    import tempfile
+    from engine.evaluation.scene_eval import scenes_physics
+    from engine.evaluation.suite import PRESETS
+    [((_, title, mesh, scene, _), jobs)] = scenes_physics(dict(PRESETS["full"], scenes=(name,)),
+                                                          Path(tempfile.mkdtemp()))[0]
+    return title, mesh, scene, jobs["reference"].options["substep"]
+
+
+def trace(seed, index, lattice, frames, friction, cap, flip, scene_name=None):
     import engine.reference.simulator as simulator
-    d = draw_sequence(seed, index, 32, lattice_cells=lattice)
-    scene = dict(d.scene)
-    scene.pop("twist", None)
-    setup = setup_from_scene(d.mesh, scene)
+    if scene_name:
+        title, mesh, scene, substep = evaluation_scene(scene_name)
+        label = f"{scene_name} ({title}, {lattice} cells)"
+    else:
+        d = draw_sequence(seed, index, 32, lattice_cells=lattice)
+        mesh, scene, substep, label = d.mesh, dict(d.scene), GENERATOR_SUBSTEP, f"seq {index}: {d.family} {d.scenario}"
+        scene.pop("twist", None)
+    setup = setup_from_scene(mesh, scene)
     if not friction:
         setup.floor_friction = 0.0
     projected = solid.projected_pointwise_hessian
@@ -240,8 +256,8 @@ def trace(seed, index, lattice, frames, friction, cap, flip):
 
     if flip:
         solid.projected_pointwise_hessian = absolute
-    sim = Traced(setup, lattice_cells=lattice, substep=GENERATOR_SUBSTEP)
-    print(f"seq {index}: {d.family} {d.scenario}, retry cap {cap}, floor friction {'on' if friction else 'off'}, "
+    sim = Traced(setup, lattice_cells=lattice, substep=substep)
+    print(f"{label}, retry cap {cap}, floor friction {'on' if friction else 'off'}, "
           f"negative curvature {'flipped' if flip else 'clamped'}", flush=True)
     try:
         for _ in range(frames - 1):
@@ -269,10 +285,11 @@ def main():
     ap.add_argument("--trace", action="store_true")
     ap.add_argument("--abs", action="store_true")
     ap.add_argument("--cap", type=int, default=20)
+    ap.add_argument("--scene", help="--trace a full-preset evaluation scene (e.g. monkey, ico_sphere) instead")
     args = ap.parse_args()
     if args.trace:
-        for index in args.indices:
-            trace(args.seed, index, args.lattice, args.frames, not args.no_friction, args.cap, args.abs)
+        for index in ([None] if args.scene else args.indices):
+            trace(args.seed, index, args.lattice, args.frames, not args.no_friction, args.cap, args.abs, args.scene)
         return
     if args.remedies:
         for index in args.indices:
