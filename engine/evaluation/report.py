@@ -588,7 +588,9 @@ def _scene_fields(scenes, beam, stress, result, cfg, figs, docs) -> dict:
         "scene_frames": cfg["scene_frames"],
         "reference_settings": ", ".join(f"{k} {v:.4g}" for k, v in scenes.get("reference_settings", {}).items())
                               + "".join(f"; {n} at {c} cells, converged there already"
-                                        for n, c in scenes.get("converged_coarser", {}).items()),
+                                        for n, c in scenes.get("converged_coarser", {}).items())
+                              + "".join(f"; {n} at {c} cells, the finest where the reference finishes (not converged)"
+                                        for n, c in scenes.get("finished_coarser", {}).items()),
         "headline_table": headline_table(scenes), "noise_note": _noise_note(scenes, cfg),
         "plausibility_figure": figs.get("plausibility", ""), "sheets": sheets_section(scenes, docs), "cloth_table": cloth_table(scenes),
         "beam_size": f"{b.get('length')} x {b.get('width')} x {b.get('width')}",

@@ -154,7 +154,8 @@ def run_scenes(cfg, model_path, out, fig_dir, quiet=False, physics=None) -> dict
             "oracle": {"handles": handles or "per mesh", "dofs": 12 * handles if handles else same,
                        "model_latent": "per mesh (its handles, `learned/subspace.resolution`)"},
             "reference_settings": ground_truth_settings(cfg),
-            "converged_coarser": {n: c for n, c in CONVERGED_COARSER.items() if n in cfg["scenes"]}}
+            "converged_coarser": {n: c for n, c in CONVERGED_COARSER.items() if n in cfg["scenes"]},
+            "finished_coarser": {n: c for n, c in FINISHED_COARSER.items() if n in cfg["scenes"]}}
 
 
 def far_edge(reference) -> np.ndarray | None:
