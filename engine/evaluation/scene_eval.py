@@ -40,10 +40,10 @@ CONVERGED_COARSER = {"jelly_poke": 4}
 # the jelly Suzanne dropped and the jelly ico sphere poked, both on the floor with its friction, stop
 # on the work budget at frames 4 and 6 (a retry's substep spent its 300 line-search halvings, or did
 # not converge in 100 Newton iterations; without the floor's friction the Suzanne's frame 2 passes in
-# its first attempt, and the ico sphere's frames 5-7 do). The ico
-# sphere is capped at 8 cells already (500 occupied cells), so its path is the 6-cell one. Neither is
-# converged (the Suzanne's tumble differs by 0.077 between 8 and 12 cells), so their figures say less
-# than the other solids'.
+# its first attempt, and the ico sphere's frames 5-7 do: docs/RELIABILITY.md). The ico sphere is
+# capped at 8 cells already (500 occupied cells), so its path is the 6-cell one. Neither is converged
+# (the Suzanne's tumble differs by 0.077 between 8 and 12 cells), so their figures say less than the
+# other solids'.
 FINISHED_COARSER = {"monkey": 8, "ico_sphere": 6}
 
 
