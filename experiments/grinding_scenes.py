@@ -226,36 +226,33 @@ def trace(seed, index, lattice, frames, friction, cap, flip, scene_name=None):
         w, v = np.linalg.eigh(0.5 * (H + np.swapaxes(H, 1, 2)))
         return (v * np.abs(w)[:, None, :]) @ np.swapaxes(v, 1, 2)
 
+    rows = []
+    searched = simulator.line_search
+
+    def recorded(total, x, energy, slope, step, alpha=1.0):
+        found = searched(total, x, energy, slope, step, alpha)
+        rows.append((alpha, found, np.max(np.abs(step)) / sim.diagonal, -slope))
+        return found
+
     class Traced(ReferenceSimulator):
+        """The engine's own Newton loop, its line searches recorded; a retry substep that runs out
+        prints them."""
+
         def _newton_iterations(self, total, y0, h, v0, must_converge, work):
-            yf = y0 + self._allowed(y0, h * v0) * h * v0
-            energy, grad, H = total(yf)
-            if not np.isfinite(energy):
-                yf = y0.copy()
-                energy, grad, H = total(yf)
-            rows = []
-            for _ in range(cap if must_converge else self.newton_iterations):
-                work.spend("newton_iterations")
-                step = -self._solve(H, grad)
-                allowed = self._allowed(yf, step, work)
-                slope = float(np.dot(grad, step))
-                alpha = simulator.line_search(total, yf, energy, slope, step, allowed)
-                work.spend("line_search_halvings", simulator.halvings(allowed, alpha))
-                self._spend_pair_checks(work)
-                yf = yf + alpha * step
-                rows.append((allowed, alpha, np.max(np.abs(step)) / self.diagonal, -slope))
-                if allowed == 1.0 and np.max(np.abs(alpha * step)) < self.tolerance * self.diagonal:
-                    return yf
-                energy, grad, H = total(yf)
-            if must_converge:
-                print(f"  a retry substep did not converge in {cap} iterations:")
-                for row in rows:
-                    print("    allowed %.3g  line search %.3g  |step|/size %.3g  decrement %.3g" % row)
-                raise simulator.OutOfWork("newton_iterations", cap, cap)
-            return yf
+            rows.clear()
+            try:
+                return super()._newton_iterations(total, y0, h, v0, must_converge, work)
+            except simulator.OutOfWork as out:
+                if must_converge:
+                    print(f"  a retry substep {out}:")
+                    for row in rows:
+                        print("    allowed %.3g  line search %.3g  |step|/size %.3g  decrement %.3g" % row)
+                raise
 
     if flip:
         solid.projected_pointwise_hessian = absolute
+    retry_cap = simulator.RETRY_NEWTON_ITERATIONS
+    simulator.line_search, simulator.RETRY_NEWTON_ITERATIONS = recorded, cap
     sim = Traced(setup, lattice_cells=lattice, substep=substep)
     print(f"{label}, retry cap {cap}, floor friction {'on' if friction else 'off'}, "
           f"negative curvature {'flipped' if flip else 'clamped'}", flush=True)
@@ -269,6 +266,7 @@ def trace(seed, index, lattice, frames, friction, cap, flip, scene_name=None):
         print(f"  {str(stopped)[:200]}", flush=True)
     finally:
         solid.projected_pointwise_hessian = projected
+        simulator.line_search, simulator.RETRY_NEWTON_ITERATIONS = searched, retry_cap
 
 
 def main():
