@@ -60,7 +60,7 @@ def test_auto_follows_the_level_of_detail():
     """Low detail: the latent step alone (fast previews); medium: the layer up to its size limit;
     high: always."""
     small_mesh, scene = drape_case(2, cells=8)
-    large_mesh, _ = drape_case(2, cells=70)
+    large_mesh, _ = drape_case(2, cells=110)
     for detail, small_on, large_on in (("low", False, False), ("medium", True, False), ("high", True, True)):
         small = setup_from_scene(small_mesh, dict(scene, detail=detail))
         large = setup_from_scene(large_mesh, dict(scene, detail=detail))
@@ -85,3 +85,19 @@ def test_the_closures_act_on_the_latent_step_alone_not_under_the_layer(engine):
     apart = {layer: float(np.abs(engine.prepare(setup, sheet_layer=layer).bake()
                                  - prior.prepare(setup, sheet_layer=layer).bake()).max()) for layer in ("on", "off")}
     assert apart["on"] < 1e-6 and apart["off"] > 1e-4, apart
+
+
+def test_a_frame_computed_again_starts_from_its_accepted_state(engine):
+    """The guard recomputes a rejected frame from the state before it: the layer's L-BFGS history
+    travels with that state (`RunState.history`), so the frame computed again with the same
+    substeps is the same frame, bit for bit, after later frames have run; with twice the
+    substeps (the guard's retry) it stays close to it."""
+    mesh = read_mesh(str(ROOT / "assets/samples/flag.obj"))
+    setup = setup_from_scene(mesh, dict(read_scene(str(ROOT / "assets/scenes/flag_wind.json")), frames=7))
+    run = engine.prepare(setup, sheet_layer="on")
+    states = list(run.states())
+    assert all(len(s.history) > 0 for s in states[1:])
+    again = run._frame(3, states[3], run.substeps)
+    assert np.array_equal(again.x, states[4].x) and np.array_equal(again.v, states[4].v)
+    retried = run._retry_frame(4, 2)
+    assert np.abs(retried - states[4].x).max() < 0.01

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -76,6 +77,17 @@ def handle_blend(sub):
     return (sub.norm.scale * sub.weights).astype(np.float32), y.astype(np.float32), sub.handle_transform
 
 
+class RunState(NamedTuple):
+    """A learned run's state at a frame: the latent state (q, q'), and with a sheet's full-space
+    layer its vertices' positions and velocities (metres, [N,3]) and the layer's curvature pairs
+    (`sheet_layer.lbfgs`); x, v None and history empty without it."""
+    q: torch.Tensor
+    qd: torch.Tensor
+    x: np.ndarray | None = None
+    v: np.ndarray | None = None
+    history: tuple = ()
+
+
 MAX_RETRY_SPLITS = 3      # a rejected step is retried with 2, 4, 8 substeps
 
 
@@ -135,36 +147,36 @@ class NeurokRun(Run):
         return self._advance(frame, q, qd, 0.5 * h, splits + 1)
 
     def _frame(self, frame, state, substeps):
-        """The state (q, q', and a sheet layer's x, v) after `frame` -> frame + 1, in `substeps` steps."""
+        """The `RunState` after `frame` -> frame + 1, in `substeps` steps."""
         h = self.setup.dt / substeps
-        q, qd, x, v = state
         with torch.no_grad():
             for k in range(substeps):
                 if self.layer is None:
-                    q, qd = self._advance(frame, q, qd, h)
+                    state = state._replace(**dict(zip(("q", "qd"), self._advance(frame, state.q, state.qd, h))))
                 else:
-                    q, qd, x, v = self._layer_substep(frame, (k + 1) / substeps, q, qd, x, v, h)
-        return q, qd, x, v
+                    state = self._layer_substep(frame, (k + 1) / substeps, state, h)
+        return state
 
-    def _layer_substep(self, frame, end, q, qd, x, v, h):
+    def _layer_substep(self, frame, end, state, h):
         """A sheet's substep. The latent state runs its own course (the learned dynamics carry the
         global motion): its move predicts how the part of the sheet the subspace holds moves, and
         inertia the rest (the sheet's velocity less its projection on the subspace); the
-        full-space layer corrects that prediction."""
+        full-space layer corrects that prediction. The layer's curvature pairs are part of the
+        state, so a frame the guard computes again starts from the accepted state's."""
+        q, qd, x, v = state.q, state.qd, state.x, state.v
         q1, qd1 = self._advance(frame, q, qd, h)
         held_velocity = self.decode(self.scene.encode_velocity(v / self.scene.sub.norm.scale)) - self._rest_m
         guess = x + (self.decode(q1) - self.decode(q)) + h * (v - held_velocity)
-        x1, v1 = self.layer.step(frame, end, x, v, guess, h)
-        return q1, qd1, x1, v1
+        x1, v1, history = self.layer.step(frame, end, x, v, h, guess=guess, history=state.history)
+        return RunState(q1, qd1, x1, v1, history)
 
     def _initial_state(self):
         x, v = ((np.asarray(self.setup.x0, np.float64), np.asarray(self.setup.v0, np.float64))
                 if self.layer is not None else (None, None))
-        return self.scene.q0, self.scene.qd0, x, v
+        return RunState(self.scene.q0, self.scene.qd0, x, v, ())
 
     def states(self):
-        """The state per frame, frame 0 first: (q, q', x, v), x and v the sheet layer's full
-        state in metres (None without it)."""
+        """The `RunState` per frame, frame 0 first."""
         state = self._initial_state()
         self._states = {0: state}
         yield state
@@ -182,8 +194,8 @@ class NeurokRun(Run):
 
     def latent_frames(self):
         """Latent state (q, q') per frame, frame 0 first."""
-        for q, qd, _, _ in self.states():
-            yield q, qd
+        for state in self.states():
+            yield state.q, state.qd
 
     @property
     def guard(self):
@@ -207,8 +219,7 @@ class NeurokRun(Run):
         return self._positions(state)
 
     def _positions(self, state) -> np.ndarray:
-        q, _, x, _ = state
-        return self.decode(q) if x is None else x.astype(np.float32)
+        return self.decode(state.q) if state.x is None else state.x.astype(np.float32)
 
     def decode(self, q) -> np.ndarray:
         """Vertex positions (metres, float32) of latent q."""

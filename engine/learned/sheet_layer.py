@@ -4,49 +4,54 @@ A smooth linear subspace locks a sheet: it cannot hinge at its pinned edge, crea
 a table's edge without stretching (docs/DESIGN_NOTES.md, "Sheets"). So a sheet takes two moves
 per substep:
 
-1. the latent step (the learned Lagrangian dynamics in q, running its own course) predicts how
-   what the subspace holds moves; inertia predicts the rest (`runtime.NeurokRun._layer_substep`).
-   While the sheet touches the floor or a collider the iterations start from inertia alone: the
-   latent step feels contact at a few hundred samples of a smooth subspace, and its prediction
-   pulled a cloth on a table towards a tent (0.205x hold-still against 0.133x);
-2. a few quasi-Newton iterations on the mesh itself, started at that prediction, minimise the
-   sheet's incremental potential in full space,
+1. the latent step (the learned Lagrangian dynamics in q) predicts how what the subspace holds
+   moves; inertia predicts the rest (`runtime.NeurokRun._layer_substep`). While the sheet touches
+   the floor or a collider the iterations start from inertia alone (the latent step feels
+   contact at a few hundred samples of a smooth subspace and pulled a tablecloth towards a tent);
+2. quasi-Newton iterations on the mesh itself, started at that prediction, minimise the sheet's
+   incremental potential in full space,
 
        E(x) = 1/(2h^2) |x - x_n - h v_n|_M^2 + sum_e k_e/2 (|x_j - x_i| - L_e)^2
               + 1/2 (x - X)^T Q (x - X) + pins - f . x + damping + contact,
 
-   the membrane (edge springs) and quadratic bending (Bergou et al. 2006) that the reference
-   simulator prices, with its Rayleigh damping (the springs' stiffness at x_n) and air drag.
+   the edge springs, quadratic bending, pins and penalty contact of `core.mesh_physics` (the
+   terms the reference simulator prices), with its Rayleigh damping taken at x_n and air drag.
    The iterations are L-BFGS whose first guess of the inverse Hessian is one prefactored sparse
-   solve with the rest state's system, the same for the three coordinates (Liu et al. 2017,
-   "Quasi-Newton methods for real-time simulation of hyperelastic materials"); the curvature
-   pairs are kept from substep to substep. Floor and colliders push with the reference's
-   penalty spring against each vertex's tangent plane, found once per substep; friction is
-   Coulomb's, applied to the velocity the substep ends with.
+   solve with the rest state's isotropic system, the same for the three coordinates (Liu et al.
+   2017); bending is left out of that system (1e-4 of the membrane's stiffness, it tripled the
+   factor and moved no measure). The curvature pairs carry from substep to substep as part of
+   the run's state (`runtime.RunState`), so a frame the guard computes again starts from the
+   accepted state's. Floor and colliders push with the reference's penalty spring against each
+   vertex's tangent plane, found once per substep; friction is Coulomb's, applied to the velocity
+   the substep ends with.
 
-Measured (experiments/sheet_layer_designs.py): the flag's far edge falls 46 mm in the first
-four frames of its gust where the reference's falls 53 and the latent step alone 26; projective
-dynamics (local-global) with the same prediction reached 28 mm at 150 iterations, which is why
-the iterations are quasi-Newton.
+A coarse level in the latent space (`CoarseLevel`: Newton on the Hessian projected on the
+skinning basis, its springs by a sample of edges) can take turns with the L-BFGS steps
+(`SheetLayer(phi=...)`): measured in `experiments/sheet_two_level.py`, it brings the flag's
+first fall closer to the reference but the rollouts further from it, at more cost, so runs go
+without it (docs/DESIGN_NOTES.md, "Sheets").
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
+from scipy.linalg import cho_solve
+from scipy.linalg.blas import daxpy, ddot
 
 from ..core.colliders import signed_distance
 from ..core.fields import total_accel, vertex_normals
-from ..core.geometry import lumped_vertex_areas, triangle_areas
-from ..core.physics import FLOOR_OMEGA2, pin_stiffness
-from .subspace import bending_matrix
+from ..core.geometry import lumped_vertex_areas
+from ..core.mesh_physics import EdgeSprings, bending_matrix, coulomb_velocity, penalty_contact
+from ..core.physics import pin_stiffness
 
-LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (10: the flag's far edge fell 31 of 53 mm)
+LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (10: the flag's far edge fell 24 of 53 mm)
 LAYER_MEMORY = 10              # curvature pairs kept
-# Above this many vertices "auto" at medium detail leaves the layer off: it costs about 85 ms a
-# frame per 1,000 vertices of one busy core (45 ms of its CPU time), where the latent step alone
-# takes about 15 ms at 10,000.
-SHEET_LAYER_MAX_VERTICES = 4000
+COARSE_EDGES = 1500            # edges sampled for the coarse level's spring Hessian
+# Above this many vertices "auto" at medium detail leaves the layer off: it costs about 22 ms a
+# frame per 1,000 vertices of one core (`neurok bench`'s cloth rows), where the latent step alone
+# takes about 11 ms at 10,000.
+SHEET_LAYER_MAX_VERTICES = 10_000
 LAYER_CHOICES = ("auto", "on", "off")
 
 
@@ -60,13 +65,6 @@ def layer_wanted(choice: str, setup) -> bool:
     return setup.detail == "high" or (setup.detail == "medium" and setup.num_vertices <= SHEET_LAYER_MAX_VERTICES)
 
 
-def unique_edges(faces):
-    """(edges [E,2], the edge of each face corner [3F]) of a triangle mesh."""
-    e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
-    edges, inverse = np.unique(e, axis=0, return_inverse=True)
-    return edges, inverse.ravel()
-
-
 def vertex_masses(setup) -> np.ndarray:
     """kg per vertex: the setup's, else areal density times the vertex's share of the area."""
     if setup.vertex_mass is not None:
@@ -76,27 +74,52 @@ def vertex_masses(setup) -> np.ndarray:
     return setup.material.density * area
 
 
-class SheetLayer:
-    """The full-space layer of one sheet, in metres."""
+class CoarseLevel:
+    """The latent space as a coarse level: U z = Phi z for z [4H,3], Phi [N,4H] the handles'
+    weights times (Xc, 1) (`runtime.handle_blend`): the span of the latent decoder."""
 
-    def __init__(self, setup, iterations: int = LAYER_ITERATIONS):
-        self.setup, self.iterations = setup, iterations
+    def __init__(self, phi, constant, springs: EdgeSprings, samples: int, seed: int = 0):
+        self.phi = phi
+        self.constant = constant                         # Phi^T S Phi of the isotropic quadratic terms
+        edges = len(springs.edges)
+        pick = (np.arange(edges) if edges <= samples
+                else np.sort(np.random.default_rng(seed).choice(edges, samples, replace=False)))
+        self.pick, self.scale = pick, edges / len(pick)
+        self.delta = phi[springs.edges[pick, 1]] - phi[springs.edges[pick, 0]]     # [S,4H]
+        self.springs = springs
+
+    def factor(self, x):
+        """Lower Cholesky factor of U^T H U at x (the springs' part by the edge sample)."""
+        r = self.phi.shape[1]
+        blocks = self.springs.hessian_blocks(x)[self.pick] * self.scale                  # [S,3,3]
+        spring = (self.delta.T @ (self.delta[:, :, None] * blocks.reshape(-1, 1, 9)).reshape(len(self.pick), -1))
+        spring = spring.reshape(r, r, 3, 3).transpose(0, 2, 1, 3).reshape(3 * r, 3 * r)
+        C = spring + np.kron(self.constant, np.eye(3))
+        C += 1e-10 * np.trace(C) / len(C) * np.eye(len(C))
+        return np.linalg.cholesky(C)
+
+    def step(self, factor, grad):
+        """-U C^-1 U^T grad, [N,3]."""
+        rhs = (self.phi.T @ grad).ravel()
+        z = cho_solve((factor, True), rhs, check_finite=False)
+        return -(self.phi @ z.reshape(-1, 3))
+
+
+class SheetLayer:
+    """The full-space layer of one sheet, in metres. `phi` [N,4H]: a coarse level's basis (the
+    latent decoder's span, `CoarseLevel`), or None (runs: the fine level alone)."""
+
+    def __init__(self, setup, phi=None, rounds: int = LAYER_ITERATIONS, coarse_edges: int = COARSE_EDGES,
+                 memory: int = LAYER_MEMORY):
+        self.setup, self.rounds, self.memory = setup, rounds, memory
         rest = np.asarray(setup.rest, dtype=np.float64)
         faces = np.asarray(setup.faces)
         material = setup.material
         self.rest = rest
         self.mass = vertex_masses(setup)
-        self.edges, inverse = unique_edges(faces)
-        self.rest_length = np.linalg.norm(rest[self.edges[:, 1]] - rest[self.edges[:, 0]], axis=1)
-        edge_area = np.bincount(inverse, weights=np.tile(triangle_areas(rest, faces) / 3.0, 3),
-                                minlength=len(self.edges))
-        # a membrane of modulus `stiffness` (N/m) stores stiffness * area * strain^2 / 2 per edge
-        self.k = material.stiffness * edge_area / np.maximum(self.rest_length, 1e-12) ** 2
-        count = len(self.edges)
-        self.D = sp.csr_matrix((np.r_[-np.ones(count), np.ones(count)],
-                                (np.r_[np.arange(count), np.arange(count)], self.edges.T.ravel())),
-                               shape=(count, len(rest)))          # edge vectors: D x
-        self.Q = bending_matrix(rest, faces) * material.bending
+        self.springs = EdgeSprings(rest, faces, material.stiffness)
+        self.Q = (bending_matrix(rest, faces) * material.bending).tocsr()
+        self.QX = self.Q @ rest
         diagonal = float(np.linalg.norm(np.ptp(rest, axis=0))) or 1.0
         # the pins hold the whole sheet: their springs share its mass, not only their vertices' own
         # (with their own, a wind-blown sheet of 400 vertices pulled its pinned edge 1.5 mm)
@@ -107,17 +130,31 @@ class SheetLayer:
         self.beta = material.damping
         self.colliders = list(setup.colliders or [])
         self.floor_friction = setup.floor_friction
-        self._factors, self._history = {}, {}      # per substep length
+        self.phi = None if phi is None else np.ascontiguousarray(phi, dtype=np.float64)
+        self.coarse_edges = coarse_edges
+        self._factors, self._coarse = {}, {}     # per substep length
         self._planes = []
 
+    def _diagonal(self, h):
+        return self.mass / h ** 2 + self.air * self.mass / h + self.pin_k
+
     def _factor(self, h):
-        """The prefactored rest-state system of a substep h (L-BFGS's first inverse Hessian)."""
+        """The prefactored rest-state isotropic system of a substep h (L-BFGS's first inverse
+        Hessian): inertia, pins and the springs' stiffness in every direction. Bending is left
+        out: 1e-4 of the membrane's, it would triple the factor's size."""
         if h not in self._factors:
-            inertia = self.mass / h ** 2 + self.air * self.mass / h
-            A = sp.diags(inertia + self.pin_k) + self.D.T @ sp.diags(self.k) @ self.D + self.Q
+            k = self.springs.k
+            A = sp.diags(self._diagonal(h)) + self.springs.DT @ sp.diags(k) @ self.springs.D
             self._factors[h] = spla.splu(A.tocsc(), permc_spec="MMD_AT_PLUS_A")
-            self._history[h] = []
         return self._factors[h]
+
+    def _coarse_level(self, h):
+        if self.phi is None:
+            return None
+        if h not in self._coarse:
+            S = sp.diags(self._diagonal(h)) + self.Q * (1.0 + self.beta / h)
+            self._coarse[h] = CoarseLevel(self.phi, self.phi.T @ (S @ self.phi), self.springs, self.coarse_edges)
+        return self._coarse[h]
 
     def forces(self, frame: int, x, v) -> np.ndarray:
         """Gravity, painted accelerations and force fields at the state (x, v), in newtons [N,3]."""
@@ -127,60 +164,70 @@ class SheetLayer:
             a = a + total_accel(s.effectors, frame, x, v, vertex_normals(x, s.faces), surface=True)
         return self.mass[:, None] * a
 
-    def step(self, frame: int, end: float, x_n, v_n, guess, h: float):
-        """(x, v) after a substep h from (x_n, v_n), iterating from `guess`; `end` is the fractional
-        frame the substep ends at (where colliders are taken)."""
-        guess = np.array(guess, dtype=np.float64)
-        reach = 2.0 * max(float(np.abs(guess - x_n).max()), h * float(np.abs(v_n).max())) + 1e-3
-        self._planes = self.contact_planes(guess, reach, end)
-        factor = self._factor(h)
+    def step(self, frame: int, end: float, x_n, v_n, h: float, guess=None, history=()):
+        """(x, v) after a substep h from (x_n, v_n), iterating from `guess` (default: inertia);
+        `end` is the fractional frame the substep ends at (where colliders are taken)."""
+        x_n = np.asarray(x_n, dtype=np.float64)
+        v_n = np.asarray(v_n, dtype=np.float64)
+        start = x_n + h * v_n if guess is None else np.array(guess, dtype=np.float64)
+        reach = 2.0 * max(float(np.abs(start - x_n).max()), h * float(np.abs(v_n).max())) + 1e-3
+        self._planes = self.contact_planes(start, reach, end)
         energy = self.incremental_potential(frame, x_n, v_n, h)
-        inertial = x_n + h * v_n
-        start = inertial if self.contacts(inertial) else guess
-        x = lbfgs(energy, start, factor.solve, self.iterations, self._history[h])
+        coarse = self._coarse_level(h)
+        if self.contacts(x_n + h * v_n):
+            start = x_n + h * v_n
+        history = list(history)         # the accepted state's pairs stay as they were
+        x = two_level_solve(energy, start, self._factor(h).solve, coarse, self.rounds, self.memory, x_n, history)
         v = self.friction((x - x_n) / h, x, h)
-        return x_n + h * v, v
+        return x_n + h * v, v, tuple(history)
 
     def incremental_potential(self, frame, x_n, v_n, h):
         """E(x) -> (energy, gradient [N,3]) of the substep from (x_n, v_n) (module docstring), with
-        the Rayleigh damping's stiffness part taken at x_n (as the reference takes it)."""
-        target = np.asarray(self.setup.pin_target(frame + 1), dtype=np.float64)
-        inertial = x_n + h * v_n
-        force = self.forces(frame, x_n, v_n)
-        inertia_mass = self.mass[:, None] / h ** 2
-        air_mass = self.air / h * self.mass[:, None]
-        damp_edges = self.edge_hessians(x_n) * (self.beta / h)
+        the Rayleigh damping's stiffness part taken at x_n (as the reference takes it); the energy
+        up to a constant of the substep.
+
+        Everything but the springs is quadratic in x, so it is gathered once per substep into
+        1/2 x.(a x + c Q x) - b.x: inertia, air drag and pins on the diagonal a, bending with its
+        damping c = 1 + beta/h, the forces, targets and rest shape in b."""
+        springs = self.springs
         beta_h = self.beta / h
-        pinned = np.nonzero(self.pin_k > 0)[0]
-        pin_k = self.pin_k[pinned][:, None]
-        e0, e1 = self.edges[:, 0], self.edges[:, 1]
+        inertia, air = self.mass / h ** 2, self.air / h * self.mass
+        target = np.asarray(self.setup.pin_target(frame + 1), dtype=np.float64)
+        a = (inertia + air + self.pin_k)[:, None]
+        bend = 1.0 + beta_h
+        b = (inertia[:, None] * (x_n + h * v_n) + air[:, None] * x_n + self.pin_k[:, None] * target
+             + self.forces(frame, x_n, v_n) + self.QX + beta_h * (self.Q @ x_n))
+        # the damping's springs at x_n: k [(1 - r) n n^T + r I] (`EdgeSprings.hessian_blocks`)
+        d_n, length_n = springs.vectors(x_n)
+        normal_n = d_n / length_n[:, None]
+        ratio = np.clip(1.0 - springs.rest_length / length_n, 0.0, None)
+        damp_along, damp_all = beta_h * springs.k * (1.0 - ratio), beta_h * springs.k * ratio
+        D, k, rest_length = springs.D, springs.k, springs.rest_length
 
         def potential(x):
-            d = x[e1] - x[e0]
-            length = np.maximum(np.linalg.norm(d, axis=1), 1e-12)
-            stretch = length - self.rest_length
-            u, dv = x - self.rest, x - x_n
-            Qu, Qdv = self.Q @ u, self.Q @ dv
-            ddv = dv[e1] - dv[e0]
-            damped = np.einsum("eij,ej->ei", damp_edges, ddv)
-            pull, dx = x[pinned] - target[pinned], x - inertial
-            energy = (0.5 * np.sum(inertia_mass * dx ** 2) + 0.5 * np.dot(self.k, stretch ** 2) + 0.5 * np.sum(u * Qu)
-                      + 0.5 * np.sum(pin_k * pull ** 2) - np.sum(force * x) + 0.5 * np.sum(air_mass * dv ** 2)
-                      + 0.5 * np.sum(damped * ddv) + 0.5 * beta_h * np.sum(dv * Qdv))
-            edge_force = (self.k * stretch / length)[:, None] * d + damped
-            grad = inertia_mass * dx + Qu + beta_h * Qdv - force + air_mass * dv + self.D.T @ edge_force
-            grad[pinned] += pin_k * pull
-            e_contact, g_contact = self.contact(x)
-            return energy + e_contact, grad + g_contact
+            d = D @ x
+            length = np.maximum(np.sqrt(np.einsum("ei,ei->e", d, d)), 1e-12)
+            stretch = length - rest_length
+            ddv = d - d_n
+            along = np.einsum("ei,ei->e", normal_n, ddv)
+            edge_force = ((k * stretch / length + damp_all)[:, None] * d - damp_all[:, None] * d_n
+                          + (damp_along * along)[:, None] * normal_n)
+            grad = a * x + bend * (self.Q @ x) - b
+            energy = (0.5 * float(np.vdot(x, grad - b)) + 0.5 * float(np.dot(k, stretch * stretch))
+                      + 0.5 * float(np.dot(damp_along, along * along) + np.dot(damp_all, np.einsum("ei,ei->e", ddv, ddv))))
+            grad += springs.DT @ edge_force
+            if self._planes:
+                e_contact, g_contact = self.contact(x)
+                energy, grad = energy + e_contact, grad + g_contact
+            return energy, grad
         return potential
 
-    def edge_hessians(self, x):
-        """[E,3,3] each spring's Hessian at x, its transverse part clamped at compression (PSD)."""
-        d = x[self.edges[:, 1]] - x[self.edges[:, 0]]
-        length = np.maximum(np.linalg.norm(d, axis=1), 1e-12)
-        nn = d[:, :, None] * d[:, None, :] / (length ** 2)[:, None, None]
-        ratio = np.clip(1.0 - self.rest_length / length, 0.0, None)
-        return self.k[:, None, None] * (nn + ratio[:, None, None] * (np.eye(3) - nn))
+    def elastic(self, x):
+        """(energy, gradient [N,3]) of the membrane and bending alone at x (the reference's
+        `ClothModel.energy_grad_hess` prices the same)."""
+        energy, grad = self.springs.energy_gradient(x)
+        Qu = self.Q @ (x - self.rest)
+        return energy + 0.5 * float(np.sum((x - self.rest) * Qu)), grad + Qu
 
     def contact_planes(self, x, reach, end):
         """[(vertex indices, a point on the plane [A,3], outward normal [A,3], Coulomb coefficient)]:
@@ -207,79 +254,89 @@ class SheetLayer:
                 planes.append((inside_box[keep], shell, normal[keep], c.friction))
         return planes
 
-    def contacts(self, x):
-        """[(vertex indices, depth behind the contact plane, normal, mu)] of the substep's planes."""
-        found = []
-        for idx, point, normal, mu in self._planes:
-            depth = np.einsum("pi,pi->p", point - x[idx], normal)
-            inside = depth > 0
-            if inside.any():
-                found.append((idx[inside], depth[inside], normal[inside], mu))
-        return found
+    def contacts(self, x) -> bool:
+        """Whether any vertex at x lies behind its contact plane."""
+        return any(bool(np.any(np.einsum("pi,pi->p", point - x[idx], normal) > 0))
+                   for idx, point, normal, _ in self._planes)
 
     def contact(self, x):
-        """Penalty energy and gradient keeping vertices out of the floor and the colliders: the
-        reference's stiff spring, k = mass * FLOOR_OMEGA2."""
+        """Penalty energy and gradient keeping vertices out of the floor and the colliders."""
         energy, grad = 0.0, np.zeros_like(x)
-        for idx, depth, normal, _ in self.contacts(x):
-            k = self.mass[idx] * FLOOR_OMEGA2
-            energy += 0.5 * float(np.sum(k * depth ** 2))
-            np.add.at(grad, idx, -(k * depth)[:, None] * normal)
+        for idx, point, normal, _ in self._planes:
+            e, g, _, _ = penalty_contact(x[idx], point, normal, self.mass[idx])
+            energy += e
+            np.add.at(grad, idx, g)
         return energy, grad
 
     def friction(self, v, x, h):
-        """Velocities after Coulomb friction: each contact's tangential speed is reduced by mu
-        times the speed its normal force gives over the substep (never reversed)."""
-        for idx, depth, normal, mu in self.contacts(x):
-            if mu <= 0:
-                continue
-            vi = v[idx]
-            tangential = vi - np.einsum("pi,pi->p", vi, normal)[:, None] * normal
-            speed = np.linalg.norm(tangential, axis=1)
-            loss = mu * FLOOR_OMEGA2 * depth * h
-            keep = np.where(speed > loss, 1.0 - loss / np.maximum(speed, 1e-300), 0.0)
-            v[idx] = vi - (1.0 - keep)[:, None] * tangential
+        """Velocities after Coulomb friction at the vertices behind their contact planes."""
+        for idx, point, normal, mu in self._planes:
+            _, _, _, depth = penalty_contact(x[idx], point, normal, self.mass[idx])
+            inside = depth > 0
+            if inside.any() and mu > 0:
+                hit = idx[inside]
+                v[hit] = coulomb_velocity(v[hit], normal[inside], depth[inside], mu, h)
         return v
 
 
-def lbfgs(potential, x, precondition, iterations, history, memory=LAYER_MEMORY):
-    """Minimise `potential` (x -> energy, gradient) from x by L-BFGS whose initial inverse Hessian
-    is `precondition` (a prefactored solve with the rest-state system: Liu et al. 2017), with a
-    backtracking line search. `history` holds the curvature pairs (kept between calls).
-    A fixed count: a tolerance of 1e-5 of the diagonal per step stopped none of the flag's
-    substeps before 40 iterations."""
+def _line_search(potential, x, energy, grad, step):
+    """Backtracking (Armijo) along `step`: (x, energy, gradient) accepted."""
+    slope = float(np.vdot(grad, step))
+    if slope >= 0:
+        return x, energy, grad, False
+    t = 1.0
+    while True:
+        trial = x + t * step
+        e_trial, g_trial = potential(trial)
+        if e_trial <= energy + 1e-4 * t * slope:
+            return trial, e_trial, g_trial, True
+        if t < 1e-4:
+            return x, energy, grad, False
+        t *= 0.5
+
+
+def two_level_solve(potential, x, fine_solve, coarse, rounds, memory, x_n, history):
+    """Minimise `potential` (x -> energy, gradient) from x: `rounds` of one coarse Newton step in
+    the latent space (`CoarseLevel`, its Hessian at the substep's start x_n) and one L-BFGS step
+    on the mesh whose first inverse Hessian is `fine_solve`; every accepted step's curvature pair
+    (s, y) feeds the L-BFGS history (this solve's only)."""
     energy, grad = potential(x)
-    for _ in range(iterations):
-        step = -_two_loop(grad, history, precondition)
-        slope = float(np.vdot(grad, step))
-        if slope >= 0:                      # not a descent direction: the preconditioned gradient is
-            step = -precondition(grad)
-            slope = float(np.vdot(grad, step))
-        t = 1.0
-        while True:
-            trial = x + t * step
-            e_trial, g_trial = potential(trial)
-            if e_trial <= energy + 1e-4 * t * slope or t < 1e-4:
-                break
-            t *= 0.5
-        s, y = trial - x, g_trial - grad
+    factor = None if coarse is None else coarse.factor(x_n)
+
+    def remember(x0, g0, x1, g1):
+        s, y = x1 - x0, g1 - g0
         sy = float(np.vdot(s, y))
         if sy > 1e-300:
             history.append((s, y, 1.0 / sy))
             del history[:-memory]
-        x, energy, grad = trial, e_trial, g_trial
+
+    for _ in range(rounds):
+        if factor is not None:
+            x1, e1, g1, moved = _line_search(potential, x, energy, grad, coarse.step(factor, grad))
+            if moved:
+                remember(x, grad, x1, g1)
+                x, energy, grad = x1, e1, g1
+        step = -_two_loop(grad, history, fine_solve)
+        if float(np.vdot(grad, step)) >= 0:
+            step = -fine_solve(grad)
+        x1, e1, g1, moved = _line_search(potential, x, energy, grad, step)
+        if moved:
+            remember(x, grad, x1, g1)
+            x, energy, grad = x1, e1, g1
     return x
 
 
 def _two_loop(grad, history, precondition):
-    """L-BFGS's product of its inverse-Hessian estimate with the gradient."""
-    q = grad.copy()
+    """L-BFGS's product of its inverse-Hessian estimate with the gradient (BLAS in place: at 10k
+    vertices numpy's temporaries cost as much as the prefactored solve)."""
+    shape = grad.shape
+    q = grad.ravel().copy()
     alphas = []
     for s, y, rho in reversed(history):
-        alpha = rho * np.vdot(s, q)
-        q -= alpha * y
+        alpha = rho * ddot(s.ravel(), q)
+        q = daxpy(y.ravel(), q, a=-alpha)
         alphas.append(alpha)
-    r = precondition(q)
+    r = np.ascontiguousarray(precondition(q.reshape(shape))).ravel()
     for (s, y, rho), alpha in zip(history, reversed(alphas)):
-        r += (alpha - rho * np.vdot(y, r)) * s
-    return r
+        r = daxpy(s.ravel(), r, a=alpha - rho * ddot(y.ravel(), r))
+    return r.reshape(shape)

@@ -29,6 +29,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
 
+from ..core.mesh_physics import bending_matrix
 from ..core.geometry import (Normalisation, farthest_point_sample, is_closed, lumped_vertex_areas, mesh_volume,
                              pinned_surface, triangle_areas)
 from ..core.memo import MeshMemo
@@ -491,34 +492,6 @@ def canonical_turn(Ts, G, independent=1e-5) -> np.ndarray:
         if len(chosen) == Ts.shape[1]:
             return Ts @ np.stack(chosen, axis=1)
     return Ts
-
-
-def bending_matrix(x, faces) -> sp.csr_matrix:
-    """Quadratic isometric bending (Bergou et al. 2006) as an [n,n] matrix: energy 1/2 u^T Q u per
-    coordinate. Rigid motions cost nothing (Q annihilates them), so it reduces exactly."""
-    e = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]])
-    opposite = np.concatenate([faces[:, 2], faces[:, 0], faces[:, 1]])
-    key = np.sort(e, axis=1)
-    order = np.lexsort((key[:, 1], key[:, 0]))
-    key, opposite, e = key[order], opposite[order], e[order]
-    same = np.all(key[1:] == key[:-1], axis=1)
-    first = np.nonzero(same)[0]
-    i0, i1 = key[first, 0], key[first, 1]
-    o0, o1 = opposite[first], opposite[first + 1]
-
-    def cot(a, b):
-        return np.einsum("ij,ij->i", a, b) / np.maximum(np.linalg.norm(np.cross(a, b), axis=1), 1e-12)
-
-    x0, x1, x2, x3 = x[i0], x[i1], x[o0], x[o1]
-    e0, e1, e2, e3, e4 = x1 - x0, x2 - x0, x3 - x0, x2 - x1, x3 - x1
-    c01, c02, c03, c04 = cot(e0, e1), cot(e0, e2), cot(-e0, e3), cot(-e0, e4)
-    K = np.stack([c03 + c04, c01 + c02, -c01 - c03, -c02 - c04], axis=1)
-    area = 0.5 * (np.linalg.norm(np.cross(e0, e1), axis=1) + np.linalg.norm(np.cross(e0, e2), axis=1))
-    Q = 3.0 / np.maximum(area, 1e-12)[:, None, None] * K[:, :, None] * K[:, None, :]
-    idx = np.stack([i0, i1, o0, o1], axis=1)
-    rows = np.repeat(idx, 4, axis=1).ravel()
-    cols = np.tile(idx, (1, 4)).ravel()
-    return sp.csr_matrix((Q.ravel(), (rows, cols)), shape=(len(x), len(x)))
 
 
 def handle_weights(functions, spectrum, handles: int, weight_field=None) -> np.ndarray:
