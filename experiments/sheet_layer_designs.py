@@ -1,9 +1,12 @@
-"""Sheet dynamics side by side: the latent step alone, the full-space layer (L-BFGS) with the
-latent prediction, the same layer from inertia alone, and projective dynamics (local-global) in
-its place, on the flag in wind, the pinned grid and the cloth dropped on a table, against the
+"""Sheet dynamics side by side: the latent step alone, the full-space layer (L-BFGS) from the
+latent step's prediction as runs take it, the same with fewer iterations, one substep, to
+convergence, from inertia, with the coarse latent level taking turns, and with two other fine
+preconditioners (the rest system turned with each vertex's frame; split along and across the
+sheet), on the flag in wind, the pinned grid and the cloth dropped on a table, against the
 reference simulator (which it runs first: about 2.5 minutes on one core).
 
     OMP_NUM_THREADS=1 python experiments/sheet_layer_designs.py [--scenes flag_wind grid drape] [--frames 36]
+        [--designs "layer (2 x 20)" ...]
 
 Prints per scene and design: distance to the reference over the rollout (and over holding still),
 mean edge strain, flipped triangles, the far edge's fall at frame 4 (pinned scenes) and the
@@ -17,42 +20,83 @@ import time
 
 import numpy as np
 
+DESIGNS = ("latent alone", "layer (2 x 20)", "layer (2 x 12)", "layer (1 x 30)", "layer converged (2 x 200)",
+           "layer from inertia (2 x 20)", "layer + coarse latent level (2 x 20)",
+           "split preconditioner from inertia (2 x 20)", "projective dynamics (2 x 30)")
 
-def designs():
-    return ("latent alone", "layer (L-BFGS) from the latent step", "layer (L-BFGS) from inertia",
-            "projective dynamics (30 iterations) from the latent step")
 
-
-def projective_dynamics(layer, h, iterations):
+def projective_dynamics(layer, iterations):
     """Local-global iterations of the layer's membrane, bending and pins (no contact, no damping
     beyond air): each edge projected onto its rest length, then one prefactored solve."""
-    factor = layer._factor(h)
+    springs = layer.springs
 
-    def step(frame, end, x_n, v_n, guess, h):
+    def step(frame, end, x_n, v_n, h, guess=None, history=()):
+        factor = layer._factor(h)
         target = np.asarray(layer.setup.pin_target(frame + 1), dtype=np.float64)
         m = layer.mass[:, None]
         constant = (m / h ** 2 * (x_n + h * v_n) + layer.air * m / h * x_n + layer.forces(frame, x_n, v_n)
-                    + layer.pin_k[:, None] * target + layer.Q @ layer.rest)
+                    + layer.pin_k[:, None] * target)
         x = np.array(guess, dtype=np.float64)
         for _ in range(iterations):
-            d = x[layer.edges[:, 1]] - x[layer.edges[:, 0]]
-            length = np.maximum(np.linalg.norm(d, axis=1), 1e-12)
-            x = factor.solve(constant + layer.D.T @ ((layer.k * layer.rest_length / length)[:, None] * d))
-        return x, (x - x_n) / h
+            d, length = springs.vectors(x)
+            x = factor.solve(constant + springs.DT @ ((springs.k * springs.rest_length / length)[:, None] * d))
+        return x, (x - x_n) / h, history
     return step
+
+
+def split_preconditioner(layer, h):
+    """Along the sheet the membrane's isotropic rest system; across it (each vertex's current
+    normal) inertia and bending alone, prefactored: the membrane resists no motion across a sheet."""
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+    from engine.core.fields import vertex_normals
+    along = layer._factor(h)
+    across = spla.splu((sp.diags(layer._diagonal(h)) + layer.Q * (1 + layer.beta / h)).tocsc())
+
+    def solve_at(x):
+        n = vertex_normals(x, layer.setup.faces)
+        n = n / np.maximum(np.linalg.norm(n, axis=1), 1e-300)[:, None]
+
+        def solve(g):
+            a = np.einsum("ni,ni->n", g, n)
+            p = along.solve(g - a[:, None] * n)
+            p -= np.einsum("ni,ni->n", p, n)[:, None] * n
+            return p + across.solve(a)[:, None] * n
+        return solve
+    return solve_at
 
 
 def prepared(model, setup, design):
     """The run of one design, prepared (its mesh encoded)."""
-    from engine.learned.runtime import NeurokRun
+    from engine.learned import sheet_layer
+    from engine.learned.runtime import NeurokRun, RunState
     if design == "latent alone":
         return NeurokRun(model.model, setup, "cpu", "matched", model.meta, sheet_layer="off")
     run = NeurokRun(model.model, setup, "cpu", "matched", model.meta, sheet_layer="on")
+    layer = run.layer
+    substeps, iterations = (int(n) for n in design.rsplit("(", 1)[1].rstrip(")").split(" x "))
+    run.substeps, layer.rounds = substeps, iterations
     if design.startswith("projective"):
-        run.layer.step = projective_dynamics(run.layer, setup.dt / run.substeps, 30)
-    if design.endswith("from inertia"):
-        run._layer_substep = lambda frame, end, q, qd, x, v, h: (q, qd) + run.layer.step(
-            frame, end, x, v, x + h * v, h)
+        layer.step = projective_dynamics(layer, iterations)
+    if "coarse" in design:
+        sub = run.scene.sub
+        y = np.concatenate([sub.nodes - sub.centre, np.ones((len(sub.nodes), 1))], axis=1)
+        layer.phi = (sub.weights[:, :, None] * y[:, None, :]).reshape(len(y), -1)
+    if design.startswith("split"):
+        solve_at = split_preconditioner(layer, setup.dt / substeps)
+        original = sheet_layer.two_level_solve
+        layer_step = layer.step
+
+        def step(frame, end, x_n, v_n, h, guess=None, history=()):
+            sheet_layer.two_level_solve = lambda potential, x, fine, *rest: original(potential, x, solve_at(x), *rest)
+            try:
+                return layer_step(frame, end, x_n, v_n, h, None, history)
+            finally:
+                sheet_layer.two_level_solve = original
+        layer.step = step
+    if "from inertia" in design:
+        run._layer_substep = lambda frame, end, state, h: RunState(state.q, state.qd, *layer.step(
+            frame, end, state.x, state.v, h, None, state.history))
     return run
 
 
@@ -82,6 +126,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", nargs="*", default=["flag_wind", "grid", "drape"])
     p.add_argument("--frames", type=int, default=36, help="frames of the flag and grid (the drape: 48)")
+    p.add_argument("--designs", nargs="*", default=list(DESIGNS), choices=DESIGNS)
     args = p.parse_args(argv)
     import torch
     from engine.api import open_engine
@@ -97,7 +142,7 @@ def main(argv=None) -> int:
     for name, _, mesh, scene, _ in cases:
         setup = setup_from_scene(mesh, scene)
         ref = reference_rollout(setup)
-        for design in designs():
+        for design in args.designs:
             run = prepared(model, setup, design)
             start = time.perf_counter()
             xs = np.asarray(run.bake())

@@ -323,8 +323,8 @@ def _stretch_once(run, frames, factor=2.5):
 
     def step(f, state, substeps):
         calls[f] = calls.get(f, 0) + 1
-        q, qd, x, v = real(f, state, substeps)
-        return (q + stretched, qd, x, v) if f in frames and calls[f] == 1 else (q, qd, x, v)
+        state = real(f, state, substeps)
+        return state._replace(q=state.q + stretched) if f in frames and calls[f] == 1 else state
 
     run._frame = step
     return calls

@@ -285,14 +285,26 @@ class LatentScene:
         K = K * (np.trace(gram) / max(np.trace(K), 1e-300))
         self._encode_lhs = gram + 1e-8 * K + 1e-12 * np.eye(self.dims)
 
+    def pull_back(self, f) -> np.ndarray:
+        """B^T f [d] of vertex vectors f [N,3]. A sheet's basis is its handles' affine maps blended
+        by their weights, so this sums f (x) (Xc, 1) over each handle's weights (O(N H)) instead of
+        reading the dense basis (O(N d): at 10k vertices 6 ms a substep)."""
+        sub = self.sub
+        if sub.kind != "cloth" or sub.handle_transform is None:
+            return self._B.T @ np.asarray(f, dtype=np.float64).ravel()
+        y = np.concatenate([sub.nodes - sub.centre, np.ones((len(sub.nodes), 1))], axis=1)
+        per_handle = (sub.weights.T @ (f[:, :, None] * y[:, None, :]).reshape(len(f), 12)).reshape(-1, 3, 4)
+        z = np.concatenate([per_handle[:, :, :3].reshape(-1, 9), per_handle[:, :, 3]], axis=1)   # A row-major, b
+        return sub.handle_transform.T @ z.ravel()
+
     def encode(self, x_norm) -> torch.Tensor:
         """Latent of vertex positions [N,3] (normalised)."""
-        u = (np.asarray(x_norm, dtype=np.float64) - self.sub.rest).ravel()
-        return _t(np.linalg.solve(self._encode_lhs, self._B.T @ (self._mw * u)), self.device)
+        u = np.asarray(x_norm, dtype=np.float64) - self.sub.rest
+        return _t(np.linalg.solve(self._encode_lhs, self.pull_back(self.vertex_mass[:, None] * u)), self.device)
 
     def encode_velocity(self, v_norm) -> torch.Tensor:
-        v = np.asarray(v_norm, dtype=np.float64).ravel()
-        return _t(np.linalg.solve(self._encode_lhs, self._B.T @ (self._mw * v)), self.device)
+        v = np.asarray(v_norm, dtype=np.float64).reshape(-1, 3)
+        return _t(np.linalg.solve(self._encode_lhs, self.pull_back(self.vertex_mass[:, None] * v)), self.device)
 
     def _pins(self):
         setup = self.setup

@@ -152,7 +152,8 @@ class NeurokRun(Run):
         with torch.no_grad():
             for k in range(substeps):
                 if self.layer is None:
-                    state = state._replace(**dict(zip(("q", "qd"), self._advance(frame, state.q, state.qd, h))))
+                    q, qd = self._advance(frame, state.q, state.qd, h)
+                    state = state._replace(q=q, qd=qd)
                 else:
                     state = self._layer_substep(frame, (k + 1) / substeps, state, h)
         return state
@@ -165,8 +166,9 @@ class NeurokRun(Run):
         state, so a frame the guard computes again starts from the accepted state's."""
         q, qd, x, v = state.q, state.qd, state.x, state.v
         q1, qd1 = self._advance(frame, q, qd, h)
-        held_velocity = self.decode(self.scene.encode_velocity(v / self.scene.sub.norm.scale)) - self._rest_m
-        guess = x + (self.decode(q1) - self.decode(q)) + h * (v - held_velocity)
+        held_velocity = self.scene.encode_velocity(v / self.scene.sub.norm.scale)
+        # decode is affine: the latent move less the held part of inertia, decoded once
+        guess = x + h * v + (self.decode(q1 - q - h * held_velocity) - self._rest_m)
         x1, v1, history = self.layer.step(frame, end, x, v, h, guess=guess, history=state.history)
         return RunState(q1, qd1, x1, v1, history)
 
