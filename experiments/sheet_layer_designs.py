@@ -130,6 +130,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
     from engine.api import open_engine
+    from engine.core.errors import NeurokError
     from engine.core.scene import setup_from_scene
     from engine.evaluation.scene_eval import reference_rollout
     from engine.evaluation.scenes import evaluation_scenes
@@ -145,7 +146,11 @@ def main(argv=None) -> int:
         for design in args.designs:
             run = prepared(model, setup, design)
             start = time.perf_counter()
-            xs = np.asarray(run.bake())
+            try:
+                xs = np.asarray(run.bake())
+            except NeurokError as stopped:            # the guard stopped it: say where
+                print(f"{name} | {design}: stopped ({stopped})", flush=True)
+                continue
             ms = 1000 * (time.perf_counter() - start) / (len(xs) - 1)
             print(f"{name} | {design}: {measures(xs, ref, setup, name)} | {ms:.0f} ms/frame", flush=True)
     return 0

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .geometry import winding_numbers
+from .geometry import is_closed, winding_numbers
 
 
 @dataclass
@@ -68,14 +68,7 @@ class Collider:
         return (self.positions[i + 1] - self.positions[i]) / dt
 
 
-def is_closed_surface(faces: np.ndarray) -> bool:
-    """Every edge shared by exactly two triangles."""
-    faces = np.asarray(faces).reshape(-1, 3)
-    if len(faces) == 0:
-        return False
-    e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
-    _, counts = np.unique(e, axis=0, return_counts=True)
-    return bool(np.all(counts == 2))
+is_closed_surface = is_closed      # every edge shared by exactly two triangles
 
 
 def _closest_on_triangles(p, a, b, c):

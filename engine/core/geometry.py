@@ -37,13 +37,27 @@ def lumped_vertex_areas(x, faces):
     return area
 
 
+def face_edges(faces):
+    """(edges [E,2], each the lower vertex first, sorted; the edge of each face corner [3F]: corner
+    k of face f, counting (0,1) for all faces, then (1,2), then (2,0), is edge corner[k F + f])."""
+    faces = np.asarray(faces)
+    e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
+    if not len(e):
+        return np.zeros((0, 2), np.int64), np.zeros(0, np.int64)
+    edges, inverse = np.unique(e, axis=0, return_inverse=True)
+    return edges, inverse.ravel()
+
+
+def edge_face_counts(faces) -> np.ndarray:
+    """How many triangles share each edge of `face_edges` (2 inside a manifold, 1 on a border)."""
+    edges, corner = face_edges(faces)
+    return np.bincount(corner, minlength=len(edges))
+
+
 def is_closed(faces) -> bool:
     """Every edge is shared by exactly two triangles."""
-    if len(faces) == 0:
-        return False
-    e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
-    _, counts = np.unique(e, axis=0, return_counts=True)
-    return bool(np.all(counts == 2))
+    faces = np.asarray(faces).reshape(-1, 3)
+    return len(faces) > 0 and bool(np.all(edge_face_counts(faces) == 2))
 
 
 def winding_numbers(points, x, faces, chunk=256):

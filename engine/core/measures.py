@@ -15,15 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .geometry import face_columns, face_cross, is_closed, mesh_volume
+from .geometry import face_columns, face_cross, face_edges, is_closed, mesh_volume
 
 ROTATION_POINTS = 2_000   # points the best-fit rotation is taken from (a fixed sample)
 
 
 def unique_edges(faces) -> np.ndarray:
-    faces = np.asarray(faces)
-    e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
-    return np.unique(e, axis=0)
+    return face_edges(faces)[0]
 
 
 def best_rotation(rest, x, rest_centred=False) -> np.ndarray:

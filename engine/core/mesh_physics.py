@@ -12,25 +12,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .geometry import triangle_areas
+from .geometry import edge_face_counts, face_edges, triangle_areas  # noqa: F401 (the edges live with the geometry)
 from .physics import FLOOR_OMEGA2
-
-
-def face_edges(faces):
-    """(edges [E,2], each the lower vertex first, sorted; the edge of each face corner [3F]: corner
-    k of face f, counting (0,1) for all faces, then (1,2), then (2,0), is edge corner[k F + f])."""
-    faces = np.asarray(faces)
-    e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
-    if not len(e):
-        return np.zeros((0, 2), np.int64), np.zeros(0, np.int64)
-    edges, inverse = np.unique(e, axis=0, return_inverse=True)
-    return edges, inverse.ravel()
-
-
-def edge_face_counts(faces) -> np.ndarray:
-    """How many triangles share each edge of `face_edges` (2 inside a manifold, 1 on a border)."""
-    edges, corner = face_edges(faces)
-    return np.bincount(corner, minlength=len(edges))
 
 
 def difference_matrix(edges, n) -> sp.csr_matrix:

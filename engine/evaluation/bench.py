@@ -18,7 +18,7 @@ size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed s
   top edge in a sine gust (`CLOTH_SCENE`); its subspace has as many handles as its area asks
   (`learned/subspace.resolution`: 32), and `handles` / `coordinates` are in every neurok row.
   `sheet_layer` says whether the full-space layer ran (`learned/sheet_layer.py`; by default up to
-  4,000 vertices); a size beyond that gets a second row with the layer on, its note says so.
+  10,000 vertices); a size beyond that gets a second row with the layer on, its note says so.
 - blender_cloth: Blender's own cloth simulator on the same mesh and frames, pinned by a vertex
   group (gravity only: cloth on the surface mesh, not a volumetric solid; a speed reference),
   run in a child Python that imports bpy (the engine never imports bpy); skipped with a reason

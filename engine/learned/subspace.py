@@ -30,7 +30,7 @@ import scipy.sparse.linalg as spla
 import torch
 
 from ..core.mesh_physics import bending_matrix
-from ..core.geometry import (Normalisation, farthest_point_sample, is_closed, lumped_vertex_areas, mesh_volume,
+from ..core.geometry import (Normalisation, face_edges, farthest_point_sample, is_closed, lumped_vertex_areas, mesh_volume,
                              pinned_surface, triangle_areas)
 from ..core.memo import MeshMemo
 from .cubature import CAP, ElementForces, fit_cubature, rest_stiffness, triangle_edges
@@ -260,8 +260,7 @@ def lattice_laplacian(cell_nodes, n):
 
 
 def mesh_laplacian(faces, n):
-    e = np.unique(np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1), axis=0)
-    return graph_laplacian(e, n)
+    return graph_laplacian(face_edges(faces)[0], n)
 
 
 def graph_laplacian(edges, n):
