@@ -41,6 +41,22 @@ def profile_value(profile: dict, frame: float, dt: float) -> float:
 
 
 DETAILS = ("low", "medium", "high")   # scene key "detail": the learned engine's handles x 0.5 / 1 / 2
+# Cloth at medium detail takes the learned engine's full-space sheet layer (creases, hinges at its
+# pins, drapes) up to this many vertices; above, it bends as one smooth card unless at high detail.
+# The layer costs about 22 ms a frame per 1,000 vertices on one core (`neurok bench`'s cloth rows).
+SHEET_LAYER_MAX_VERTICES = 10_000
+SHEET_LAYER_MS_PER_1000_VERTICES = 22
+
+
+def cloth_detail_note(detail: str, vertices: int) -> str | None:
+    """What a user should know about a cloth's detail level at this size, in one line, or None."""
+    if detail == "medium" and vertices > SHEET_LAYER_MAX_VERTICES:
+        seconds = SHEET_LAYER_MS_PER_1000_VERTICES * vertices / 1e6
+        return (f"Above {SHEET_LAYER_MAX_VERTICES:,} vertices Medium bends cloth as one smooth card; "
+                f"High creases and drapes it (about {seconds:.1f} s a frame)")
+    if detail == "low":
+        return "Low bends cloth as one smooth card (fast previews); Medium creases and drapes it"
+    return None
 
 
 @dataclass

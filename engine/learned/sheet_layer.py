@@ -44,14 +44,11 @@ from ..core.fields import total_accel, vertex_normals
 from ..core.geometry import lumped_vertex_areas
 from ..core.mesh_physics import EdgeSprings, bending_matrix, coulomb_velocity, penalty_contact
 from ..core.physics import pin_stiffness
+from ..core.setup import SHEET_LAYER_MAX_VERTICES
 
 LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (10: the flag's far edge fell 24 of 53 mm)
 LAYER_MEMORY = 10              # curvature pairs kept
 COARSE_EDGES = 1500            # edges sampled for the coarse level's spring Hessian
-# Above this many vertices "auto" at medium detail leaves the layer off: it costs about 22 ms a
-# frame per 1,000 vertices of one core (`neurok bench`'s cloth rows), where the latent step alone
-# takes about 11 ms at 10,000.
-SHEET_LAYER_MAX_VERTICES = 10_000
 LAYER_CHOICES = ("auto", "on", "off")
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import bpy
 
+from ..engine_link import cloth_detail_note
 from .common import PhysicsPanel, PhysicsSubPanel, mesh_object, split_layout
 from .run import draw_engine, draw_run
 
@@ -16,7 +17,7 @@ class PHYSICS_PT_neurok(PhysicsPanel, bpy.types.Panel):
         draw_run(self.layout, context, mesh_object(context))
 
 
-def draw_material(layout, st) -> None:
+def draw_material(layout, st, vertices: int = 0) -> None:
     row = layout.row(align=True)
     row.prop(st, "preset")
     row.menu("NEUROK_MT_material_presets", text="", icon='PRESET')
@@ -26,6 +27,9 @@ def draw_material(layout, st) -> None:
     layout.prop(st, "kind")
     layout.prop(st, "detail")
     cloth = st.kind == 'CLOTH'
+    note = cloth and cloth_detail_note(st.detail.lower(), vertices)
+    if note:
+        layout.label(text=note, icon='INFO')
     col = layout.column(align=True)
     col.prop(st, "stiffness", text="Stiffness (N/m)" if cloth else "Stiffness (Pa)")
     col.prop(st, "stiffness_log", text="Log₁₀ Stiffness", slider=True)
@@ -46,7 +50,8 @@ class PHYSICS_PT_neurok_material(PhysicsSubPanel, bpy.types.Panel):
     bl_label = "Material"
 
     def draw(self, context):
-        draw_material(split_layout(self.layout), mesh_object(context).neurok)
+        obj = mesh_object(context)
+        draw_material(split_layout(self.layout), obj.neurok, len(obj.data.vertices))
 
 
 class PHYSICS_PT_neurok_pins(PhysicsSubPanel, bpy.types.Panel):

@@ -1,0 +1,80 @@
+"""The sheet layer on finer meshes of the same scenes: the flag in its gust (0.6 x 0.4 m, pinned
+along its pole) and the cloth dropped on a table, at about 1,000 and 10,000 vertices, against the
+reference simulator on the same mesh (several minutes at 10k on one core), with contact sheets
+(reference beside model).
+
+    OMP_NUM_THREADS=1 python experiments/sheet_sizes.py [--sizes 1000 10000] [--scenes flag drape]
+        [--frames 24] [--out eval_out/sheet_sizes]
+
+Prints per scene and size what `sheet_layer_designs.py` prints (distance over the rollout and
+over holding still, edge strain, flipped triangles, the far edge's fall by frame 4 or the
+overhang's tilt), ms per frame of each engine, and writes `<scene>_<size>.png`.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def flag_mesh(vertices: int):
+    """The bundled flag's rectangle (0.6 x 0.4 m in the xz plane) as a regular grid of about `vertices`."""
+    from engine.core.formats import Mesh
+    rows = max(2, int(round(np.sqrt(vertices / 1.5))))
+    cols = max(2, int(round(1.5 * rows)))
+    X, Z = np.meshgrid(np.linspace(-0.3, 0.3, cols), np.linspace(-0.2, 0.2, rows))
+    v = np.stack([X.ravel(), np.zeros(X.size), Z.ravel()], axis=1)
+    idx = np.arange(rows * cols).reshape(rows, cols)
+    a, b, c, d = idx[:-1, :-1].ravel(), idx[:-1, 1:].ravel(), idx[1:, 1:].ravel(), idx[1:, :-1].ravel()
+    return Mesh(v, np.concatenate([np.stack([a, b, c], 1), np.stack([a, c, d], 1)]).astype(np.int32), name="flag")
+
+
+def case(scene_name: str, vertices: int, frames: int):
+    from engine.api import read_scene
+    from engine.evaluation.scenes import drape_case
+    root = Path(__file__).resolve().parent.parent
+    if scene_name == "flag":
+        return flag_mesh(vertices), dict(read_scene(str(root / "assets/scenes/flag_wind.json")), frames=frames)
+    return drape_case(frames, cells=max(2, int(round(np.sqrt(vertices))) - 1))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="*", default=[1000, 10000])
+    p.add_argument("--scenes", nargs="*", default=["flag", "drape"], choices=["flag", "drape"])
+    p.add_argument("--frames", type=int, default=24)
+    p.add_argument("--out", default="eval_out/sheet_sizes")
+    args = p.parse_args(argv)
+    import torch
+    from engine.api import open_engine
+    from engine.core.scene import setup_from_scene
+    from engine.evaluation.render import contact_sheet
+    from engine.evaluation.scene_eval import reference_rollout
+    from sheet_layer_designs import measures
+    torch.set_num_threads(1)
+    model = open_engine("neurok", device="cpu")
+    for name in args.scenes:
+        for n in args.sizes:
+            mesh, scene = case(name, n, args.frames)
+            setup = setup_from_scene(mesh, scene)
+            t0 = time.perf_counter()
+            ref = reference_rollout(setup)
+            t1 = time.perf_counter()
+            xs = np.asarray(model.prepare(setup, sheet_layer="on").bake())
+            t2 = time.perf_counter()
+            label = "drape" if name == "drape" else "flag_wind"
+            print(f"{name} {setup.num_vertices} vertices: {measures(xs, ref, setup, label)} | "
+                  f"model {1000 * (t2 - t1) / (len(xs) - 1):.0f} ms/frame with its prepare, "
+                  f"reference {1000 * (t1 - t0) / (len(ref) - 1):.0f} ms/frame", flush=True)
+            path = Path(args.out) / f"{name}_{setup.num_vertices}.png"
+            contact_sheet({"reference": ref, "NeuROK (layer)": xs}, setup.faces, path, rows=5,
+                          floor_z=setup.floor_z, title=f"{name}, {setup.num_vertices} vertices")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    raise SystemExit(main())
