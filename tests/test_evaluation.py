@@ -214,3 +214,19 @@ def test_the_latent_size_ablation_runs_the_bundled_checkpoint_at_other_handle_co
         weights = variant.weight_field.weights(functions, spectrum, handles)
         shared = min(handles, base.cfg.handles)
         np.testing.assert_allclose(weights[:, :shared], own[:, :shared], atol=1e-12)
+
+
+def test_the_creasing_sheet_speed_target_is_judged_against_blenders_cloth_on_the_same_sheet():
+    """A 10k sheet with its full-space layer meets the target only at <= 50 ms a frame and >= 3x
+    Blender's cloth on the same sheet; without a layered row it is not measured."""
+    from engine.evaluation.targets import _sheet_speed
+
+    def bench(ours, blender):
+        return {"rows": [{"engine": "neurok_cloth", "device": "cpu", "vertices": 10000, "sheet_layer": False, "ms_per_frame": 11.0},
+                         {"engine": "neurok_cloth", "device": "cpu", "vertices": 10000, "sheet_layer": True, "ms_per_frame": ours},
+                         {"engine": "blender_cloth_sheet", "device": "cpu", "vertices": 10000, "ms_per_frame": blender}]}
+    assert _sheet_speed(bench(220.0, 160.0))[2] == "missed"
+    assert "0.73x" in _sheet_speed(bench(220.0, 160.0))[1]
+    assert _sheet_speed(bench(45.0, 160.0))[2] == "met"
+    assert _sheet_speed(bench(45.0, 100.0))[2] == "missed"
+    assert _sheet_speed({"rows": []})[2] == "not measured"

@@ -20,7 +20,9 @@ size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed s
   `sheet_layer` says whether the full-space layer ran (`learned/sheet_layer.py`; by default up to
   10,000 vertices); a size beyond that gets a second row with the layer on, its note says so.
 - blender_cloth: Blender's own cloth simulator on the same mesh and frames, pinned by a vertex
-  group (gravity only: cloth on the surface mesh, not a volumetric solid; a speed reference),
+  group (gravity only: cloth on the surface mesh, not a volumetric solid; a speed reference);
+  blender_cloth_sheet: the same on the cloth rows' sheet, pinned along its top edge (gravity only),
+  against which `ratios` compares the learned engine's sheet with its full-space layer;
   run in a child Python that imports bpy (the engine never imports bpy); skipped with a reason
   when bpy is not installed.
 All rows come from one run, and `ratios` divides the other engines' ms_per_frame by neurok's.
@@ -55,7 +57,7 @@ CLOTH_SCENE = {"format": "neurok.scene/1", "dt": 1.0 / 24.0, "gravity": [0.0, 0.
                "forces": [{"select": {"box": {"min": [0.0, 0.0, 0.0], "max": [1.0, 1.0, 1.0]}}, "accel": [0.0, 6.0, 0.0],
                            "profile": {"type": "sine", "frequency": 0.7}}],
                "floor": None}
-CLOTH_UP_TO = 10_000            # cloth rows at sizes up to this many vertices
+CLOTH_UP_TO = 100_000           # cloth rows at sizes up to this many vertices
 
 
 def bench_mesh(n: int):
@@ -313,7 +315,7 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
     cpu_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     rows, notes = [], []
     cloth_sizes = [n for n in sizes if n <= CLOTH_UP_TO] if cloth else []
-    steps = len(sizes) * (len(devices) + int(reference) + int(blender)) + len(cloth_sizes)
+    steps = len(sizes) * (len(devices) + int(reference) + int(blender)) + len(cloth_sizes) * (1 + int(blender))
     bar = None if quiet else ProgressBar(steps, "bench")
     for n in sizes:
         mesh = bench_mesh(n)
@@ -353,6 +355,13 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
                 rows.append(dict({"engine": "neurok_cloth", "device": "cpu", "vertices": int(len(sheet.vertices))}, **r,
                                  torch_threads=torch.get_num_threads(),
                                  note="with the sheet layer (off by default at this size)"))
+            if blender:     # Blender's cloth on the same sheet, pinned along the same edge
+                r = bench_blender_cloth(sheet, bench_setup(sheet, frames, CLOTH_SCENE), frames, cpu_threads)
+                if "skipped" not in r:
+                    rows.append(dict({"engine": "blender_cloth_sheet", "device": "cpu",
+                                      "vertices": int(len(sheet.vertices))}, **r))
+                if bar:
+                    bar.update(1, postfix=f"blender cloth, sheet {len(sheet.vertices)} v")
     if bar:
         bar.close()
     result = {"format": "neurok.bench/1", "machine": machine(), "model": str(model_path), "rows": rows,
@@ -372,6 +381,11 @@ def ratios(rows) -> dict:
                 if r["engine"] == other and r["vertices"] in base and base[r["vertices"]] > 0}
         if vals:
             out[f"{other}_over_neurok"] = vals
+    layered = {r["vertices"]: r["ms_per_frame"] for r in rows if r["engine"] == "neurok_cloth" and r.get("sheet_layer")}
+    sheet = {str(r["vertices"]): r["ms_per_frame"] / layered[r["vertices"]] for r in rows
+             if r["engine"] == "blender_cloth_sheet" and r["vertices"] in layered}
+    if sheet:
+        out["blender_cloth_sheet_over_neurok_cloth_layer"] = sheet
     cuda = {r["vertices"]: r["ms_per_frame"] for r in rows if r["engine"] == "neurok" and r["device"] == "cuda"}
     if cuda:
         out["neurok_cpu_over_cuda"] = {str(n): base[n] / cuda[n] for n in cuda if n in base and cuda[n] > 0}

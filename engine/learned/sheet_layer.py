@@ -135,14 +135,16 @@ class SheetLayer:
     def _diagonal(self, h):
         return self.mass / h ** 2 + self.air * self.mass / h + self.pin_k
 
+    def _factor_matrix(self, h):
+        """The rest-state isotropic system of a substep h: inertia, air, pins and the springs'
+        stiffness in every direction. Bending is left out: 1e-4 of the membrane's stiffness, it
+        would triple the factor's size (`experiments/sheet_solve_cost.py`)."""
+        return sp.diags(self._diagonal(h)) + self.springs.DT @ sp.diags(self.springs.k) @ self.springs.D
+
     def _factor(self, h):
-        """The prefactored rest-state isotropic system of a substep h (L-BFGS's first inverse
-        Hessian): inertia, pins and the springs' stiffness in every direction. Bending is left
-        out: 1e-4 of the membrane's, it would triple the factor's size."""
+        """The prefactored `_factor_matrix` (L-BFGS's first inverse Hessian)."""
         if h not in self._factors:
-            k = self.springs.k
-            A = sp.diags(self._diagonal(h)) + self.springs.DT @ sp.diags(k) @ self.springs.D
-            self._factors[h] = spla.splu(A.tocsc(), permc_spec="MMD_AT_PLUS_A")
+            self._factors[h] = spla.splu(self._factor_matrix(h).tocsc(), permc_spec="MMD_AT_PLUS_A")
         return self._factors[h]
 
     def _coarse_level(self, h):
