@@ -22,7 +22,20 @@ import numpy as np
 
 DESIGNS = ("latent alone", "layer (2 x 20)", "layer (2 x 12)", "layer (1 x 30)", "layer converged (2 x 200)",
            "layer from inertia (2 x 20)", "layer + coarse latent level (2 x 20)",
-           "split preconditioner from inertia (2 x 20)", "projective dynamics (2 x 30)")
+           "split preconditioner from inertia (2 x 20)", "projective dynamics (2 x 30)",
+           "theta method, 3/4 (1 x 20)", "theta method, 3/4 (1 x 30)")
+
+
+def theta_layer(layer, theta):
+    """The layer's step as the one-leg theta method (as a solid's latent step takes it,
+    `integrators.theta_step`): backward Euler over theta h, then extrapolated to h."""
+    backward_euler = layer.step
+
+    def step(frame, end, x_n, v_n, h, guess=None, history=()):
+        guess = None if guess is None else x_n + theta * (np.asarray(guess, np.float64) - x_n)
+        x_t, v_t, history = backward_euler(frame, end, x_n, v_n, theta * h, guess=guess, history=history)
+        return x_n + (x_t - x_n) / theta, v_n + (v_t - v_n) / theta, history
+    return step
 
 
 def projective_dynamics(layer, iterations):
@@ -78,6 +91,11 @@ def prepared(model, setup, design):
     run.substeps, layer.rounds = substeps, iterations
     if design.startswith("projective"):
         layer.step = projective_dynamics(layer, iterations)
+    if design.startswith("theta"):
+        from engine.learned.integrators import matched_theta
+        from engine.learned.runtime import DATA_STEP
+        run._scheme = "theta"                   # the latent step too (`runtime.NeurokRun._advance`)
+        layer.step = theta_layer(layer, matched_theta(setup.dt, DATA_STEP))
     if "coarse" in design:
         sub = run.scene.sub
         y = np.concatenate([sub.nodes - sub.centre, np.ones((len(sub.nodes), 1))], axis=1)
