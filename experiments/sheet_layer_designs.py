@@ -88,7 +88,7 @@ def prepared(model, setup, design):
     run = NeurokRun(model.model, setup, "cpu", "matched", model.meta, sheet_layer="on")
     layer = run.layer
     substeps, iterations = (int(n) for n in design.rsplit("(", 1)[1].rstrip(")").split(" x "))
-    run.substeps, layer.rounds = substeps, iterations
+    run.substeps, layer.iterations = substeps, iterations
     if design.startswith("projective"):
         layer.step = projective_dynamics(layer, iterations)
     if design.startswith("theta"):
@@ -102,15 +102,15 @@ def prepared(model, setup, design):
         layer.phi = (sub.weights[:, :, None] * y[:, None, :]).reshape(len(y), -1)
     if design.startswith("split"):
         solve_at = split_preconditioner(layer, setup.dt / substeps)
-        original = sheet_layer.two_level_solve
+        original = sheet_layer.quasi_newton
         layer_step = layer.step
 
         def step(frame, end, x_n, v_n, h, guess=None, history=()):
-            sheet_layer.two_level_solve = lambda potential, x, fine, *rest: original(potential, x, solve_at(x), *rest)
+            sheet_layer.quasi_newton = lambda potential, x, fine, *rest: original(potential, x, solve_at(x), *rest)
             try:
                 return layer_step(frame, end, x_n, v_n, h, None, history)
             finally:
-                sheet_layer.two_level_solve = original
+                sheet_layer.quasi_newton = original
         layer.step = step
     if "from inertia" in design:
         run._layer_substep = lambda frame, end, state, h: RunState(state.q, state.qd, *layer.step(

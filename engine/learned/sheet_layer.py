@@ -27,7 +27,7 @@ per substep:
 
 A coarse level in the latent space (`CoarseLevel`: Newton on the Hessian projected on the
 skinning basis, its springs by a sample of edges) can take turns with the L-BFGS steps
-(`SheetLayer(phi=...)`): measured in `experiments/sheet_two_level.py`, it brings the flag's
+(`SheetLayer(phi=...)`): measured in `experiments/sheet_layer_designs.py`, it brings the flag's
 first fall closer to the reference but the rollouts further from it, at more cost, so runs go
 without it (docs/DESIGN_NOTES.md, "Sheets").
 """
@@ -106,9 +106,9 @@ class SheetLayer:
     """The full-space layer of one sheet, in metres. `phi` [N,4H]: a coarse level's basis (the
     latent decoder's span, `CoarseLevel`), or None (runs: the fine level alone)."""
 
-    def __init__(self, setup, phi=None, rounds: int = LAYER_ITERATIONS, coarse_edges: int = COARSE_EDGES,
+    def __init__(self, setup, phi=None, iterations: int = LAYER_ITERATIONS, coarse_edges: int = COARSE_EDGES,
                  memory: int = LAYER_MEMORY):
-        self.setup, self.rounds, self.memory = setup, rounds, memory
+        self.setup, self.iterations, self.memory = setup, iterations, memory
         rest = np.asarray(setup.rest, dtype=np.float64)
         faces = np.asarray(setup.faces)
         material = setup.material
@@ -176,7 +176,7 @@ class SheetLayer:
         if self.contacts(x_n + h * v_n):
             start = x_n + h * v_n
         history = list(history)         # the accepted state's pairs stay as they were
-        x = two_level_solve(energy, start, self._factor(h).solve, coarse, self.rounds, self.memory, x_n, history)
+        x = quasi_newton(energy, start, self._factor(h).solve, coarse, self.iterations, self.memory, x_n, history)
         v = self.friction((x - x_n) / h, x, h)
         return x_n + h * v, v, tuple(history)
 
@@ -294,11 +294,11 @@ def _line_search(potential, x, energy, grad, step):
         t *= 0.5
 
 
-def two_level_solve(potential, x, fine_solve, coarse, rounds, memory, x_n, history):
-    """Minimise `potential` (x -> energy, gradient) from x: `rounds` of one coarse Newton step in
-    the latent space (`CoarseLevel`, its Hessian at the substep's start x_n) and one L-BFGS step
-    on the mesh whose first inverse Hessian is `fine_solve`; every accepted step's curvature pair
-    (s, y) feeds the L-BFGS history (this solve's only)."""
+def quasi_newton(potential, x, fine_solve, coarse, iterations, memory, x_n, history):
+    """Minimise `potential` (x -> energy, gradient) from x by `iterations` L-BFGS steps on the mesh
+    whose first inverse Hessian is `fine_solve`, each after one Newton step in the latent space
+    where a `coarse` level is given (its Hessian at the substep's start x_n). Every accepted step's
+    curvature pair (s, y) joins `history` (a list, extended in place, its last `memory` kept)."""
     energy, grad = potential(x)
     factor = None if coarse is None else coarse.factor(x_n)
 
@@ -309,7 +309,7 @@ def two_level_solve(potential, x, fine_solve, coarse, rounds, memory, x_n, histo
             history.append((s, y, 1.0 / sy))
             del history[:-memory]
 
-    for _ in range(rounds):
+    for _ in range(iterations):
         if factor is not None:
             x1, e1, g1, moved = _line_search(potential, x, energy, grad, coarse.step(factor, grad))
             if moved:
