@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sheet-layer", choices=("auto", "on", "off"), default="auto",
                    help="learned engine, sheets: the full-space layer that lets a sheet hinge, crease and hang "
                         "(auto: as the scene's detail says: off at low, up to 10,000 vertices at medium, always at high; "
-                        "it costs about 22 ms a frame per 1,000 vertices)")
+                        "it costs about 24 ms a frame per 1,000 vertices)")
     s.add_argument("--keep-good-frames", action="store_true",
                    help="when the run stops (implausible or unstable frame), write the frames before it "
                         "instead of nothing")

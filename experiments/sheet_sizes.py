@@ -1,7 +1,7 @@
 """The sheet layer on finer meshes of the same scenes: the flag in its gust (0.6 x 0.4 m, pinned
 along its pole) and the cloth dropped on a table, at about 1,000 and 10,000 vertices, against the
-reference simulator on the same mesh (several minutes at 10k on one core), with contact sheets
-(reference beside model).
+reference simulator on the same mesh (the flag at 10k: about 7 minutes on one core; the tablecloth at
+10k: more than half an hour), with contact sheets (reference beside model).
 
     OMP_NUM_THREADS=1 python experiments/sheet_sizes.py [--sizes 1000 10000] [--scenes flag drape]
         [--frames 24] [--out eval_out/sheet_sizes]

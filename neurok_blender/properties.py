@@ -217,10 +217,10 @@ class NeurokObjectSettings(bpy.types.PropertyGroup):
                ('MEDIUM', "Medium", "As many handles as the shape asks for: a compact solid 8, a square of cloth "
                                     "32, a slender beam about 40; cloth up to 10,000 vertices also takes the "
                                     "full-space layer that lets it crease, hinge at its pins and hang "
-                                    "(about 22 ms a frame per 1,000 vertices)"),
+                                    "(about 24 ms a frame per 1,000 vertices)"),
                ('HIGH', "High", "Twice the handles (up to 64): finer folds, ripples and bends, 2-4x slower per "
                                 "frame and a longer first preparation; cloth always takes the full-space layer "
-                                "(about 22 ms a frame per 1,000 vertices)")],
+                                "(about 24 ms a frame per 1,000 vertices)")],
         description="How finely the learned engine lets the shape bend and fold (its number of handles); "
                     "the reference engine ignores it")
     stiffness: FloatProperty(

@@ -43,9 +43,9 @@ def profile_value(profile: dict, frame: float, dt: float) -> float:
 DETAILS = ("low", "medium", "high")   # scene key "detail": the learned engine's handles x 0.5 / 1 / 2
 # Cloth at medium detail takes the learned engine's full-space sheet layer (creases, hinges at its
 # pins, drapes) up to this many vertices; above, it bends as one smooth card unless at high detail.
-# The layer costs about 22 ms a frame per 1,000 vertices on one core (`neurok bench`'s cloth rows).
+# The layer costs about 24 ms a frame per 1,000 vertices on one core (`neurok bench`'s cloth rows).
 SHEET_LAYER_MAX_VERTICES = 10_000
-SHEET_LAYER_MS_PER_1000_VERTICES = 22
+SHEET_LAYER_MS_PER_1000_VERTICES = 24
 
 
 def cloth_detail_note(detail: str, vertices: int) -> str | None:

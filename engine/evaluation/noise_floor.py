@@ -26,7 +26,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..core.geometry import face_edges
 from ..core.setup import Setup
 from ..reference.lattice import DEFAULT_LATTICE_CELLS
 from ..reference.simulator import ReferenceSimulator
@@ -38,8 +37,9 @@ def subdivide(rest, faces):
     """Split every triangle in four at its edge midpoints. Returns (vertices, faces, edges): the
     first N vertices are the originals and vertex N + e is the midpoint of `edges[e]`."""
     faces = np.asarray(faces)
-    edges, inv = face_edges(faces)
-    inv = inv.reshape(3, -1).T + len(rest)                 # [F,3]: midpoints of (01, 12, 20)
+    e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
+    edges, inv = np.unique(e, axis=0, return_inverse=True)
+    inv = inv.ravel().reshape(3, -1).T + len(rest)                 # [F,3]: midpoints of (01, 12, 20)
     a, b, c = faces.T
     m01, m12, m20 = inv.T
     new_faces = np.concatenate([np.stack(t, axis=1) for t in
