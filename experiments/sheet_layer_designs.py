@@ -118,28 +118,6 @@ def prepared(model, setup, design):
     return run
 
 
-def measures(xs, ref, setup, name):
-    from engine.core.measures import MeshMeasures
-    from engine.evaluation.scenes import overhang_tilt
-    diagonal = float(np.linalg.norm(np.ptp(ref[0], axis=0)))
-    distance = lambda a: float(np.mean([np.linalg.norm(a[t] - ref[t], axis=1).mean() for t in range(1, len(ref))])) / diagonal
-    hold = distance(np.repeat(ref[:1], len(ref), 0))
-    mm = MeshMeasures(np.asarray(setup.rest), np.asarray(setup.faces))
-    strain = lambda a: 100 * float(np.mean([np.abs(mm.edge_strain(x)).mean() for x in a[1:]]))
-    flipped = lambda a: 100 * float(np.mean([mm.flipped_share(x) for x in a[1:]]))
-    d = distance(xs)
-    out = f"{d:.4f} ({d / hold:.3f}x hold-still) | strain {strain(xs):.2f} % (ref {strain(ref):.2f}) | flipped {flipped(xs):.0f} % (ref {flipped(ref):.0f})"
-    from engine.evaluation.scene_eval import far_edge
-    far = far_edge(ref)
-    if far is not None:
-        fall = lambda a: -1000 * float((a[4][far] - a[0][far]).mean(0)[2])
-        out += f" | far edge falls {fall(xs):.0f} mm by frame 4 (ref {fall(ref):.0f})"
-    if name == "drape":
-        tilt = lambda a: overhang_tilt(a[-1], setup.rest, setup.faces, 0.25)
-        out += f" | overhang {tilt(xs):.0f} deg from vertical (ref {tilt(ref):.0f})"
-    return out
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", nargs="*", default=["flag_wind", "grid", "drape"])
@@ -150,7 +128,7 @@ def main(argv=None) -> int:
     from engine.api import open_engine
     from engine.core.errors import NeurokError
     from engine.core.scene import setup_from_scene
-    from engine.evaluation.scene_eval import reference_rollout
+    from engine.evaluation.scene_eval import reference_rollout, sheet_summary as measures
     from engine.evaluation.scenes import evaluation_scenes
     torch.set_num_threads(1)
     model = open_engine("neurok", device="cpu")

@@ -51,8 +51,7 @@ def main(argv=None) -> int:
     from engine.api import open_engine
     from engine.core.scene import setup_from_scene
     from engine.evaluation.render import contact_sheet
-    from engine.evaluation.scene_eval import reference_rollout
-    from sheet_layer_designs import measures
+    from engine.evaluation.scene_eval import reference_rollout, sheet_summary as measures
     torch.set_num_threads(1)
     model = open_engine("neurok", device="cpu")
     for name in args.scenes:
@@ -75,6 +74,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     raise SystemExit(main())

@@ -168,6 +168,29 @@ def far_edge(reference) -> np.ndarray | None:
     return np.argsort(distance)[-max(1, len(distance) // 20):]
 
 
+def sheet_summary(xs, ref, setup, name) -> str:
+    """One line of what a viewer judges a sheet's rollout `xs` by against the reference's `ref`:
+    distance over the rollout (and over holding still), mean edge strain, flipped triangles, the
+    far edge's fall by frame 4 (pinned sheets), the overhang's tilt at the end ("drape")."""
+    from ..core.measures import MeshMeasures
+    diagonal = float(np.linalg.norm(np.ptp(ref[0], axis=0)))
+    distance = lambda a: float(np.mean([np.linalg.norm(a[t] - ref[t], axis=1).mean() for t in range(1, len(ref))])) / diagonal
+    hold = distance(np.repeat(ref[:1], len(ref), 0))
+    mm = MeshMeasures(np.asarray(setup.rest), np.asarray(setup.faces))
+    strain = lambda a: 100 * float(np.mean([np.abs(mm.edge_strain(x)).mean() for x in a[1:]]))
+    flipped = lambda a: 100 * float(np.mean([mm.flipped_share(x) for x in a[1:]]))
+    d = distance(xs)
+    out = f"{d:.4f} ({d / hold:.3f}x hold-still) | strain {strain(xs):.2f} % (ref {strain(ref):.2f}) | flipped {flipped(xs):.0f} % (ref {flipped(ref):.0f})"
+    far = far_edge(ref)
+    if far is not None:
+        fall = lambda a: -1000 * float((a[4][far] - a[0][far]).mean(0)[2])
+        out += f" | far edge falls {fall(xs):.0f} mm by frame 4 (ref {fall(ref):.0f})"
+    if name == "drape":
+        tilt = lambda a: overhang_tilt(a[-1], setup.rest, setup.faces, 0.25)
+        out += f" | overhang {tilt(xs):.0f} deg from vertical (ref {tilt(ref):.0f})"
+    return out
+
+
 def cloth_measures(columns, setup, name) -> dict:
     """What a viewer judges a sheet by, per run ({run: value}): how far its far edge falls in the
     first four frames (m; pinned sheets), how many triangle pairs pass through each other per frame
