@@ -19,7 +19,7 @@ per substep:
    The iterations are L-BFGS whose first guess of the inverse Hessian is one prefactored sparse
    solve with the rest state's isotropic system, the same for the three coordinates (Liu et al.
    2017); bending is left out of that system (1e-4 of the membrane's stiffness, it tripled the
-   factor and moved no measure). The curvature pairs carry from substep to substep as part of
+   factor, `experiments/sheet_solve_cost.py`). The curvature pairs carry from substep to substep as part of
    the run's state (`runtime.RunState`), so a frame the guard computes again starts from the
    accepted state's. Floor and colliders push with the reference's penalty spring against each
    vertex's tangent plane, found once per substep; friction is Coulomb's, applied to the velocity
