@@ -5,8 +5,8 @@ same matrix; and each term agrees with its own finite differences."""
 import numpy as np
 import pytest
 
-from engine.core.mesh_physics import (EdgeSprings, bending_matrix, coulomb_velocity, edge_face_counts,
-                                      face_edges, penalty_contact)
+from engine.core.geometry import edge_face_counts, face_edges
+from engine.core.mesh_physics import EdgeSprings, bending_matrix, coulomb_velocity, penalty_contact
 from engine.core.scene import setup_from_scene
 from engine.core.formats import Mesh
 from engine.learned.sheet_layer import SheetLayer

@@ -1,5 +1,5 @@
 """A triangle mesh's own physics, written once: its edges, the membrane's edge springs, quadratic
-bending, pins and penalty contact, each as a term that returns its energy, gradient and Hessian.
+bending, penalty contact and Coulomb friction, each as a term that returns its energy, gradient and Hessian.
 The reference simulator's cloth (`reference/cloth.py`), the learned engine's full-space sheet
 solve (`learned/sheet_layer.py`), its subspace (`learned/subspace.py`) and the evaluation call
 these; a test holds the reference's and the sheet solve's sums of them equal.
@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .geometry import edge_face_counts, face_edges, triangle_areas  # noqa: F401 (the edges live with the geometry)
+from .assembly import SparseAssembler, dofs3
+from .geometry import face_edges, triangle_areas
 from .physics import FLOOR_OMEGA2
 
 
@@ -40,6 +41,7 @@ class EdgeSprings:
         self.k = stretch * edge_area / np.maximum(self.rest_length, 1e-12) ** 2
         self.D = difference_matrix(self.edges, len(rest))
         self.DT = self.D.T.tocsr()
+        self._assembler = None
 
     def vectors(self, x):
         """(edge vectors d [E,3], their lengths [E])."""
@@ -69,17 +71,12 @@ class EdgeSprings:
         return self.k[:, None, None] * (nn + ratio[:, None, None] * (np.eye(3) - nn))
 
     def hessian(self, x) -> sp.csr_matrix:
-        """[3N,3N] the springs' Hessian (coordinates interleaved x,y,z per vertex)."""
+        """[3N,3N] the springs' Hessian (coordinates interleaved x,y,z per vertex); its sparsity
+        pattern is worked out once."""
+        if self._assembler is None:
+            self._assembler = SparseAssembler(dofs3(self.edges), 3 * self.D.shape[1])
         H = self.hessian_blocks(x)
-        n = self.D.shape[1]
-        i, j = self.edges[:, 0], self.edges[:, 1]
-        pairs = [(i, i, H), (j, j, H), (i, j, -H), (j, i, -H)]
-        rows = np.concatenate([(3 * a[:, None, None] + np.arange(3)[None, :, None]).repeat(3, 2).ravel()
-                               for a, _, _ in pairs])
-        cols = np.concatenate([(3 * b[:, None, None] + np.arange(3)[None, None, :]).repeat(3, 1).ravel()
-                               for _, b, _ in pairs])
-        vals = np.concatenate([blk.ravel() for _, _, blk in pairs])
-        return sp.csr_matrix((vals, (rows, cols)), shape=(3 * n, 3 * n))
+        return self._assembler.assemble(np.block([[H, -H], [-H, H]]))
 
 
 def bending_matrix(rest, faces) -> sp.csr_matrix:
@@ -114,13 +111,6 @@ def bending_matrix(rest, faces) -> sp.csr_matrix:
     rows = np.repeat(idx, 4, axis=1).ravel()
     cols = np.tile(idx, (1, 4)).ravel()
     return sp.csr_matrix((Q.ravel(), (rows, cols)), shape=(n, n))
-
-
-def pin_term(x, target, k):
-    """Pins as springs to their targets, E = sum k_i / 2 |x_i - t_i|^2: (energy, gradient [P,3]);
-    the Hessian is k_i times the identity."""
-    pull = x - target
-    return 0.5 * float(np.sum(k[:, None] * pull ** 2)), k[:, None] * pull
 
 
 def penalty_contact(x, point, normal, mass):

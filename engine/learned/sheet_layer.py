@@ -14,7 +14,7 @@ per substep:
        E(x) = 1/(2h^2) |x - x_n - h v_n|_M^2 + sum_e k_e/2 (|x_j - x_i| - L_e)^2
               + 1/2 (x - X)^T Q (x - X) + pins - f . x + damping + contact,
 
-   the edge springs, quadratic bending, pins and penalty contact of `core.mesh_physics` (the
+   the edge springs, quadratic bending and penalty contact of `core.mesh_physics` (the
    terms the reference simulator prices), with its Rayleigh damping taken at x_n and air drag.
    The iterations are L-BFGS whose first guess of the inverse Hessian is one prefactored sparse
    solve with the rest state's isotropic system, the same for the three coordinates (Liu et al.

@@ -7,7 +7,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..core.mesh_physics import EdgeSprings, bending_matrix
-from .assembly import SparseAssembler, dofs3
 
 
 class ClothModel:
@@ -17,7 +16,6 @@ class ClothModel:
         self.rest = np.asarray(rest, dtype=np.float64)
         self.springs = EdgeSprings(self.rest, faces, stretch)
         self.edges = self.springs.edges
-        self.assembler = SparseAssembler(dofs3(self.edges), self.rest.size)
         self.bending = sp.kron(bending_matrix(self.rest, faces) * bending, sp.identity(3), format="csr")
 
     def energy_grad_hess(self, y, need_hess=True):
@@ -29,6 +27,4 @@ class ClothModel:
         grad = grad + bu
         if not need_hess:
             return energy, grad, None
-        H = self.springs.hessian_blocks(y)
-        blocks = np.block([[H, -H], [-H, H]])
-        return energy, grad, self.assembler.assemble(blocks) + self.bending
+        return energy, grad, self.springs.hessian(y) + self.bending

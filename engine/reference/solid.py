@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .assembly import SparseAssembler, dofs3
+from ..core.assembly import SparseAssembler, dofs3
 
 # 4-point rule, exact for quadratic integrands (the stiffness of quadratic tetrahedra)
 _A, _B = 0.5854101966249685, 0.1381966011250105
