@@ -79,9 +79,85 @@ def split_preconditioner(layer, h):
     return solve_at
 
 
+class CoarseLevel:
+    """The latent space as a coarse level: U z = Phi z for z [4H,3], Phi [N,4H] the handles'
+    weights times (Xc, 1) (the span of the latent decoder), its Hessian U^T H U at the substep's
+    start: the springs' part by a sample of edges, the inertia, air, pins and bending once."""
+
+    def __init__(self, layer, sub, h, samples=1500, seed=0):
+        import scipy.sparse as sp
+        y = np.concatenate([sub.nodes - sub.centre, np.ones((len(sub.nodes), 1))], axis=1)
+        self.phi = (sub.weights[:, :, None] * y[:, None, :]).reshape(len(y), -1)
+        S = sp.diags(layer._diagonal(h)) + layer.Q * (1.0 + layer.beta / h)
+        self.constant = self.phi.T @ (S @ self.phi)
+        springs = layer.springs
+        edges = len(springs.edges)
+        pick = (np.arange(edges) if edges <= samples
+                else np.sort(np.random.default_rng(seed).choice(edges, samples, replace=False)))
+        self.pick, self.scale = pick, edges / len(pick)
+        self.delta = self.phi[springs.edges[pick, 1]] - self.phi[springs.edges[pick, 0]]     # [S,4H]
+        self.springs = springs
+
+    def factor(self, x):
+        """Lower Cholesky factor of U^T H U at x."""
+        r = self.phi.shape[1]
+        blocks = self.springs.hessian_blocks(x)[self.pick] * self.scale                  # [S,3,3]
+        spring = (self.delta.T @ (self.delta[:, :, None] * blocks.reshape(-1, 1, 9)).reshape(len(self.pick), -1))
+        spring = spring.reshape(r, r, 3, 3).transpose(0, 2, 1, 3).reshape(3 * r, 3 * r)
+        C = spring + np.kron(self.constant, np.eye(3))
+        C += 1e-10 * np.trace(C) / len(C) * np.eye(len(C))
+        return np.linalg.cholesky(C)
+
+    def step(self, factor, grad):
+        """-U C^-1 U^T grad, [N,3]."""
+        from scipy.linalg import cho_solve
+        z = cho_solve((factor, True), (self.phi.T @ grad).ravel(), check_finite=False)
+        return -(self.phi @ z.reshape(-1, 3))
+
+
+def two_level(coarse, factor):
+    """`sheet_layer.quasi_newton` with one coarse Newton step (`CoarseLevel`) before each L-BFGS
+    step; every accepted step's curvature pair joins the history."""
+    from engine.learned.sheet_layer import _line_search, _two_loop
+
+    def solve(potential, x, precondition, iterations, memory, history):
+        energy, grad = potential(x)
+
+        def take(step, fallback=False):
+            nonlocal x, energy, grad
+            if fallback and float(np.vdot(grad, step)) >= 0:
+                step = -precondition(grad)
+            x1, e1, g1, moved = _line_search(potential, x, energy, grad, step)
+            if moved:
+                s, y = x1 - x, g1 - grad
+                if float(np.vdot(s, y)) > 1e-300:
+                    history.append((s, y, 1.0 / float(np.vdot(s, y))))
+                    del history[:-memory]
+                x, energy, grad = x1, e1, g1
+
+        for _ in range(iterations):
+            take(coarse.step(factor, grad))
+            take(-_two_loop(grad, history, precondition), fallback=True)
+        return x
+    return solve
+
+
+def with_solver(layer, make_solver, guess_too=True):
+    """The layer's step with `sheet_layer.quasi_newton` replaced by make_solver(x_n, h)'s."""
+    from engine.learned import sheet_layer
+    original, layer_step = sheet_layer.quasi_newton, layer.step
+
+    def step(frame, end, x_n, v_n, h, guess=None, history=()):
+        sheet_layer.quasi_newton = make_solver(np.asarray(x_n, np.float64), h, original)
+        try:
+            return layer_step(frame, end, x_n, v_n, h, guess if guess_too else None, history)
+        finally:
+            sheet_layer.quasi_newton = original
+    return step
+
+
 def prepared(model, setup, design):
     """The run of one design, prepared (its mesh encoded)."""
-    from engine.learned import sheet_layer
     from engine.learned.runtime import NeurokRun, RunState
     if design == "latent alone":
         return NeurokRun(model.model, setup, "cpu", "matched", model.meta, sheet_layer="off")
@@ -97,21 +173,12 @@ def prepared(model, setup, design):
         run._scheme = "theta"                   # the latent step too (`runtime.NeurokRun._advance`)
         layer.step = theta_layer(layer, matched_theta(setup.dt, DATA_STEP))
     if "coarse" in design:
-        sub = run.scene.sub
-        y = np.concatenate([sub.nodes - sub.centre, np.ones((len(sub.nodes), 1))], axis=1)
-        layer.phi = (sub.weights[:, :, None] * y[:, None, :]).reshape(len(y), -1)
+        coarse = CoarseLevel(layer, run.scene.sub, setup.dt / substeps)
+        layer.step = with_solver(layer, lambda x_n, h, _: two_level(coarse, coarse.factor(x_n)))
     if design.startswith("split"):
         solve_at = split_preconditioner(layer, setup.dt / substeps)
-        original = sheet_layer.quasi_newton
-        layer_step = layer.step
-
-        def step(frame, end, x_n, v_n, h, guess=None, history=()):
-            sheet_layer.quasi_newton = lambda potential, x, fine, *rest: original(potential, x, solve_at(x), *rest)
-            try:
-                return layer_step(frame, end, x_n, v_n, h, None, history)
-            finally:
-                sheet_layer.quasi_newton = original
-        layer.step = step
+        layer.step = with_solver(layer, lambda x_n, h, original: (
+            lambda potential, x, precondition, *rest: original(potential, x, solve_at(x), *rest)), guess_too=False)
     if "from inertia" in design:
         run._layer_substep = lambda frame, end, state, h: RunState(state.q, state.qd, *layer.step(
             frame, end, state.x, state.v, h, None, state.history))

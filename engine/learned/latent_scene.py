@@ -277,7 +277,10 @@ class LatentScene:
         set by the least elastic energy (a tiny multiple of the rest stiffness), which keeps a
         rigidly moved body rigid inside too."""
         B = self.sub.vertex_basis.reshape(-1, self.dims)
-        self._B, self._mw = B, np.repeat(self.vertex_mass, 3)
+        self._B = B
+        sub = self.sub
+        self._handle_points = (None if sub.kind != "cloth" or sub.handle_transform is None else
+                               np.concatenate([sub.nodes - sub.centre, np.ones((len(sub.nodes), 1))], axis=1))
         with torch.no_grad():
             K = self.elastic(torch.zeros(self.dims, dtype=DTYPE, device=self.device))[2].cpu().numpy()
         gram = self.sub.vertex_gram
@@ -289,13 +292,12 @@ class LatentScene:
         """B^T f [d] of vertex vectors f [N,3]. A sheet's basis is its handles' affine maps blended
         by their weights, so this sums f (x) (Xc, 1) over each handle's weights (O(N H)) instead of
         reading the dense basis (O(N d): at 10k vertices 6 ms a substep)."""
-        sub = self.sub
-        if sub.kind != "cloth" or sub.handle_transform is None:
+        y = self._handle_points                        # (Xc, 1) per vertex [N,4], or None (solids)
+        if y is None:
             return self._B.T @ np.asarray(f, dtype=np.float64).ravel()
-        y = np.concatenate([sub.nodes - sub.centre, np.ones((len(sub.nodes), 1))], axis=1)
-        per_handle = (sub.weights.T @ (f[:, :, None] * y[:, None, :]).reshape(len(f), 12)).reshape(-1, 3, 4)
+        per_handle = (self.sub.weights.T @ (f[:, :, None] * y[:, None, :]).reshape(len(f), 12)).reshape(-1, 3, 4)
         z = np.concatenate([per_handle[:, :, :3].reshape(-1, 9), per_handle[:, :, 3]], axis=1)   # A row-major, b
-        return sub.handle_transform.T @ z.ravel()
+        return self.sub.handle_transform.T @ z.ravel()
 
     def encode(self, x_norm) -> torch.Tensor:
         """Latent of vertex positions [N,3] (normalised)."""

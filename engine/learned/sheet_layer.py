@@ -25,18 +25,16 @@ per substep:
    vertex's tangent plane, found once per substep; friction is Coulomb's, applied to the velocity
    the substep ends with.
 
-A coarse level in the latent space (`CoarseLevel`: Newton on the Hessian projected on the
-skinning basis, its springs by a sample of edges) can take turns with the L-BFGS steps
-(`SheetLayer(phi=...)`): measured in `experiments/sheet_layer_designs.py`, it brings the flag's
-first fall closer to the reference but the rollouts further from it, at more cost, so runs go
-without it (docs/DESIGN_NOTES.md, "Sheets").
+A coarse level in the latent space (Newton on the Hessian projected on the skinning basis,
+taking turns with the L-BFGS steps) brought the flag's first fall closer to the reference but the
+rollouts further from it, at more cost (`experiments/sheet_layer_designs.py`, docs/DESIGN_NOTES.md,
+"Sheets"), so runs go without it.
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
-from scipy.linalg import cho_solve
 from scipy.linalg.blas import daxpy, ddot
 
 from ..core.colliders import signed_distance
@@ -48,7 +46,6 @@ from ..core.setup import SHEET_LAYER_MAX_VERTICES
 
 LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (10: the flag's far edge fell 24 of 53 mm)
 LAYER_MEMORY = 10              # curvature pairs kept
-COARSE_EDGES = 1500            # edges sampled for the coarse level's spring Hessian
 LAYER_CHOICES = ("auto", "on", "off")
 
 
@@ -71,43 +68,10 @@ def vertex_masses(setup) -> np.ndarray:
     return setup.material.density * area
 
 
-class CoarseLevel:
-    """The latent space as a coarse level: U z = Phi z for z [4H,3], Phi [N,4H] the handles'
-    weights times (Xc, 1) (`runtime.handle_blend`): the span of the latent decoder."""
-
-    def __init__(self, phi, constant, springs: EdgeSprings, samples: int, seed: int = 0):
-        self.phi = phi
-        self.constant = constant                         # Phi^T S Phi of the isotropic quadratic terms
-        edges = len(springs.edges)
-        pick = (np.arange(edges) if edges <= samples
-                else np.sort(np.random.default_rng(seed).choice(edges, samples, replace=False)))
-        self.pick, self.scale = pick, edges / len(pick)
-        self.delta = phi[springs.edges[pick, 1]] - phi[springs.edges[pick, 0]]     # [S,4H]
-        self.springs = springs
-
-    def factor(self, x):
-        """Lower Cholesky factor of U^T H U at x (the springs' part by the edge sample)."""
-        r = self.phi.shape[1]
-        blocks = self.springs.hessian_blocks(x)[self.pick] * self.scale                  # [S,3,3]
-        spring = (self.delta.T @ (self.delta[:, :, None] * blocks.reshape(-1, 1, 9)).reshape(len(self.pick), -1))
-        spring = spring.reshape(r, r, 3, 3).transpose(0, 2, 1, 3).reshape(3 * r, 3 * r)
-        C = spring + np.kron(self.constant, np.eye(3))
-        C += 1e-10 * np.trace(C) / len(C) * np.eye(len(C))
-        return np.linalg.cholesky(C)
-
-    def step(self, factor, grad):
-        """-U C^-1 U^T grad, [N,3]."""
-        rhs = (self.phi.T @ grad).ravel()
-        z = cho_solve((factor, True), rhs, check_finite=False)
-        return -(self.phi @ z.reshape(-1, 3))
-
-
 class SheetLayer:
-    """The full-space layer of one sheet, in metres. `phi` [N,4H]: a coarse level's basis (the
-    latent decoder's span, `CoarseLevel`), or None (runs: the fine level alone)."""
+    """The full-space layer of one sheet, in metres."""
 
-    def __init__(self, setup, phi=None, iterations: int = LAYER_ITERATIONS, coarse_edges: int = COARSE_EDGES,
-                 memory: int = LAYER_MEMORY):
+    def __init__(self, setup, iterations: int = LAYER_ITERATIONS, memory: int = LAYER_MEMORY):
         self.setup, self.iterations, self.memory = setup, iterations, memory
         rest = np.asarray(setup.rest, dtype=np.float64)
         faces = np.asarray(setup.faces)
@@ -127,9 +91,7 @@ class SheetLayer:
         self.beta = material.damping
         self.colliders = list(setup.colliders or [])
         self.floor_friction = setup.floor_friction
-        self.phi = None if phi is None else np.ascontiguousarray(phi, dtype=np.float64)
-        self.coarse_edges = coarse_edges
-        self._factors, self._coarse = {}, {}     # per substep length
+        self._factors = {}     # per substep length
         self._planes = []
 
     def _diagonal(self, h):
@@ -147,14 +109,6 @@ class SheetLayer:
             self._factors[h] = spla.splu(self._factor_matrix(h).tocsc(), permc_spec="MMD_AT_PLUS_A")
         return self._factors[h]
 
-    def _coarse_level(self, h):
-        if self.phi is None:
-            return None
-        if h not in self._coarse:
-            S = sp.diags(self._diagonal(h)) + self.Q * (1.0 + self.beta / h)
-            self._coarse[h] = CoarseLevel(self.phi, self.phi.T @ (S @ self.phi), self.springs, self.coarse_edges)
-        return self._coarse[h]
-
     def forces(self, frame: int, x, v) -> np.ndarray:
         """Gravity, painted accelerations and force fields at the state (x, v), in newtons [N,3]."""
         s = self.setup
@@ -168,15 +122,15 @@ class SheetLayer:
         `end` is the fractional frame the substep ends at (where colliders are taken)."""
         x_n = np.asarray(x_n, dtype=np.float64)
         v_n = np.asarray(v_n, dtype=np.float64)
-        start = x_n + h * v_n if guess is None else np.array(guess, dtype=np.float64)
+        inertial = x_n + h * v_n
+        start = inertial if guess is None else np.array(guess, dtype=np.float64)
         reach = 2.0 * max(float(np.abs(start - x_n).max()), h * float(np.abs(v_n).max())) + 1e-3
         self._planes = self.contact_planes(start, reach, end)
         energy = self.incremental_potential(frame, x_n, v_n, h)
-        coarse = self._coarse_level(h)
-        if self.contacts(x_n + h * v_n):
-            start = x_n + h * v_n
+        if self.contacts(inertial):
+            start = inertial
         history = list(history)         # the accepted state's pairs stay as they were
-        x = quasi_newton(energy, start, self._factor(h).solve, coarse, self.iterations, self.memory, x_n, history)
+        x = quasi_newton(energy, start, self._factor(h).solve, self.iterations, self.memory, history)
         v = self.friction((x - x_n) / h, x, h)
         return x_n + h * v, v, tuple(history)
 
@@ -255,7 +209,7 @@ class SheetLayer:
 
     def contacts(self, x) -> bool:
         """Whether any vertex at x lies behind its contact plane."""
-        return any(bool(np.any(np.einsum("pi,pi->p", point - x[idx], normal) > 0))
+        return any(bool(np.any(penalty_contact(x[idx], point, normal, self.mass[idx])[3] > 0))
                    for idx, point, normal, _ in self._planes)
 
     def contact(self, x):
@@ -294,34 +248,25 @@ def _line_search(potential, x, energy, grad, step):
         t *= 0.5
 
 
-def quasi_newton(potential, x, fine_solve, coarse, iterations, memory, x_n, history):
-    """Minimise `potential` (x -> energy, gradient) from x by `iterations` L-BFGS steps on the mesh
-    whose first inverse Hessian is `fine_solve`, each after one Newton step in the latent space
-    where a `coarse` level is given (its Hessian at the substep's start x_n). Every accepted step's
-    curvature pair (s, y) joins `history` (a list, extended in place, its last `memory` kept)."""
+def quasi_newton(potential, x, precondition, iterations, memory, history):
+    """Minimise `potential` (x -> energy, gradient) from x by `iterations` L-BFGS steps whose first
+    inverse Hessian is `precondition`. Every accepted step's curvature pair (s, y) joins `history`
+    (a list, extended in place, its last `memory` kept). A step the line search cannot shorten into
+    a decrease ends the iterations: from the same x and history the next would be the same."""
     energy, grad = potential(x)
-    factor = None if coarse is None else coarse.factor(x_n)
-
-    def remember(x0, g0, x1, g1):
-        s, y = x1 - x0, g1 - g0
+    for _ in range(iterations):
+        step = -_two_loop(grad, history, precondition)
+        if float(np.vdot(grad, step)) >= 0:
+            step = -precondition(grad)
+        x1, e1, g1, moved = _line_search(potential, x, energy, grad, step)
+        if not moved:
+            break
+        s, y = x1 - x, g1 - grad
         sy = float(np.vdot(s, y))
         if sy > 1e-300:
             history.append((s, y, 1.0 / sy))
             del history[:-memory]
-
-    for _ in range(iterations):
-        if factor is not None:
-            x1, e1, g1, moved = _line_search(potential, x, energy, grad, coarse.step(factor, grad))
-            if moved:
-                remember(x, grad, x1, g1)
-                x, energy, grad = x1, e1, g1
-        step = -_two_loop(grad, history, fine_solve)
-        if float(np.vdot(grad, step)) >= 0:
-            step = -fine_solve(grad)
-        x1, e1, g1, moved = _line_search(potential, x, energy, grad, step)
-        if moved:
-            remember(x, grad, x1, g1)
-            x, energy, grad = x1, e1, g1
+        x, energy, grad = x1, e1, g1
     return x
 
 
