@@ -173,21 +173,21 @@ def sheet_summary(xs, ref, setup, name) -> str:
     distance over the rollout (and over holding still), mean edge strain, flipped triangles, the
     far edge's fall by frame 4 (pinned sheets), the overhang's tilt at the end ("drape")."""
     from ..core.measures import MeshMeasures
-    diagonal = float(np.linalg.norm(np.ptp(ref[0], axis=0)))
-    distance = lambda a: float(np.mean([np.linalg.norm(a[t] - ref[t], axis=1).mean() for t in range(1, len(ref))])) / diagonal
+    diagonal = bbox_diagonal(ref[0])
+    distance = lambda a: float(rel_l2_curve(a, ref, diagonal)[1:].mean())
     hold = distance(np.repeat(ref[:1], len(ref), 0))
     mm = MeshMeasures(np.asarray(setup.rest), np.asarray(setup.faces))
     strain = lambda a: 100 * float(np.mean([np.abs(mm.edge_strain(x)).mean() for x in a[1:]]))
     flipped = lambda a: 100 * float(np.mean([mm.flipped_share(x) for x in a[1:]]))
     d = distance(xs)
     out = f"{d:.4f} ({d / hold:.3f}x hold-still) | strain {strain(xs):.2f} % (ref {strain(ref):.2f}) | flipped {flipped(xs):.0f} % (ref {flipped(ref):.0f})"
-    far = far_edge(ref)
-    if far is not None:
-        fall = lambda a: -1000 * float((a[4][far] - a[0][far]).mean(0)[2])
-        out += f" | far edge falls {fall(xs):.0f} mm by frame 4 (ref {fall(ref):.0f})"
-    if name == "drape":
-        tilt = lambda a: overhang_tilt(a[-1], setup.rest, setup.faces, 0.25)
-        out += f" | overhang {tilt(xs):.0f} deg from vertical (ref {tilt(ref):.0f})"
+    shape = _fall_and_tilt({"model": xs, "reference": ref}, setup, name)
+    if "far_edge_fall_4" in shape:
+        fall = {k: 1000 * v for k, v in shape["far_edge_fall_4"].items()}
+        out += f" | far edge falls {fall['model']:.0f} mm by frame 4 (ref {fall['reference']:.0f})"
+    if "overhang_tilt" in shape:
+        tilt = shape["overhang_tilt"]
+        out += f" | overhang {tilt['model']:.0f} deg from vertical (ref {tilt['reference']:.0f})"
     return out
 
 
@@ -195,10 +195,17 @@ def cloth_measures(columns, setup, name) -> dict:
     """What a viewer judges a sheet by, per run ({run: value}): how far its far edge falls in the
     first four frames (m; pinned sheets), how many triangle pairs pass through each other per frame
     (mean over frames), and for the drape the overhang's tilt from vertical in the last frame (degrees)."""
-    reference = columns["reference"]
-    far = far_edge(reference)
     out = {"crossing_pairs": {k: float(np.mean([crossing_triangle_pairs(x, setup.faces) for x in xs[1:]]))
                               for k, xs in columns.items()}}
+    out.update(_fall_and_tilt(columns, setup, name))
+    return out
+
+
+def _fall_and_tilt(columns, setup, name) -> dict:
+    """`cloth_measures`' far-edge fall by frame 4 (pinned sheets) and, for the drape, overhang tilt."""
+    reference = columns["reference"]
+    far = far_edge(reference)
+    out = {}
     if far is not None and len(reference) > 4:
         out["far_edge_fall_4"] = {k: float(-(xs[4][far, 2] - xs[0][far, 2]).mean()) for k, xs in columns.items()}
     if name == "drape":
