@@ -159,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "from its top face, learned engine vs reference vs textbook")
     cb.add_argument("--model", default=None, help="default: the bundled checkpoint")
     cb.add_argument("--trained", action="store_true", help="also run the checkpoint's learned layers as they are")
+
+    fg = sub.add_parser("figures", help="write the tables of README.md and docs/MODEL_CARD.md from the full "
+                                        "evaluation's figures file (docs/EVALUATION.json)")
+    fg.add_argument("--check", action="store_true", help="write nothing; exit with status 1 if a table differs from the file")
+    fg.add_argument("--file", default=None, help="the figures file (default docs/EVALUATION.json)")
     return p
 
 
@@ -293,9 +298,23 @@ def cmd_calibration_bar(args):
     return calibration_bar_command(args.model, args.trained)
 
 
+def cmd_figures(args):
+    from .evaluation.key_figures import ROOT, read_figures, stale_tables, write_tables
+    figures = read_figures(args.file)
+    if args.check:
+        stale = stale_tables(ROOT, figures)
+        for path in stale:
+            print(f"neurok figures: {path.relative_to(ROOT)} differs from {args.file or 'docs/EVALUATION.json'} "
+                  f"(run `neurok figures`)", file=sys.stderr)
+        return 1 if stale else 0
+    for path in write_tables(ROOT, figures):
+        print(f"wrote the tables of {path.relative_to(ROOT)}")
+
+
 COMMANDS = {"simulate": cmd_simulate, "generate": cmd_generate, "train": cmd_train, "eval": cmd_eval,
             "bench": cmd_bench, "specialize": cmd_specialize, "demo": cmd_demo, "evalsuite": cmd_evalsuite,
-            "prior-vs-trained": cmd_prior_vs_trained, "calibration-bar": cmd_calibration_bar}
+            "prior-vs-trained": cmd_prior_vs_trained, "calibration-bar": cmd_calibration_bar,
+            "figures": cmd_figures}
 
 
 def main(argv=None) -> int:

@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 
 from engine.learned.checkpoint import save_checkpoint
+from engine.evaluation.key_figures import read_figures, readme_table, scenes_table
 from engine.evaluation.suite import rebuild_report, run_suite
 from engine.learned.model import NeurokModel
 
@@ -52,4 +53,8 @@ def test_small_preset_writes_a_report(tmp_path):
     assert "crossing triangle pairs a frame" in text
     beam = json.loads((out / "beam.json").read_text())
     assert beam["quantities"]["reference"]["sag"] > 0
+    figures = read_figures(docs / "EVALUATION.json")             # the run's figures file, beside its report
+    assert figures["preset"] == "small" and set(figures["scenes"]) == {"toy_drop", "torus", "flag_wind"}
+    assert figures["scenes"]["flag_wind"]["far_edge_fall_4"]["reference"] > 0.02
+    assert "toy_drop" in scenes_table(figures) and "`make eval-small` (small preset)" in readme_table(figures)
     assert rebuild_report("small", tmp_path / "out", docs) == docs / "EVALUATION.md"

@@ -10,7 +10,7 @@ from pathlib import Path
 from string import Template
 
 from ..core.formats import atomic_write_text
-from .figures import make_figures, scene_figures
+from .plots import make_figures, scene_figures
 from .targets import TARGETS, _minutes, fmt, no_shortfall_sentence, targets
 
 TEMPLATE = Path(__file__).with_name("report_template.md")

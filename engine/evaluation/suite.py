@@ -1,4 +1,5 @@
-"""`neurok evalsuite --preset small|full [--out DIR] [--model CKPT]`: regenerate docs/EVALUATION.md.
+"""`neurok evalsuite --preset small|full [--out DIR] [--model CKPT]`: the evaluation report and its
+figures file (the full preset's into docs/, the small one's into OUT/small; `report_folder`).
 
 The runner only: each step lives in its own module and writes JSON under OUT/<preset>, so the
 report can be rebuilt and checked.
@@ -13,11 +14,13 @@ report can be rebuilt and checked.
    plausibility, horizons, the noise floor (`noise.py`) and energy drift (`energy.py`);
 4. `scenes.json` (`scene_eval.py`): reference | model | oracle on meshes that are no procedural
    family (Blender primitives, bundled samples; `heldout.py`, `scenes.py`), with contact sheets
-   and GIFs (`render.py`) in docs/figures;
+   and GIFs (`render.py`) in the report's figures/;
 5. `beam.json`: sag, frequency and damping of a pinned beam (`physical.py`);
 6. `stress.json` (`stress.py`): a 1,000-frame stability run, force scales, materials, resolutions;
 7. `bench.json` (`bench.py`); 8. `ablations.json` (`ablations.py`, full preset);
-9. docs/EVALUATION.md (`report.py` fills `report_template.md`; figures from `figures.py`).
+9. EVALUATION.md (`report.py` fills `report_template.md`; plots from `plots.py`) and
+   EVALUATION.json, the run's figures in one file (`key_figures.py`), which the tables of README.md
+   and docs/MODEL_CARD.md are made from (`neurok figures`).
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from ..training.shapes import FAMILIES
 from .ablations import run_ablations
 from .baselines import load_latent_mlp, model_training_data, train_latent_mlp
 from .bench import bench
+from .key_figures import collect, write_figures
 from .metrics import drift_jobs, eval_jobs, evaluate, write_json
 from .physics_cache import DATA, PhysicsCache
 from .report import write_report
@@ -160,7 +164,7 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
     model_path = str(model_path or default_model_path())
     out = Path(out_dir) / preset
     out.mkdir(parents=True, exist_ok=True)
-    docs = Path(docs_dir) if docs_dir else ROOT / "docs"
+    docs = report_folder(preset, out, docs_dir)
     started = time.time()
     timings = {}
 
@@ -245,6 +249,8 @@ def run_suite(preset="small", out_dir="eval_out", model_path=None, docs_dir=None
     loaded = {name: json.loads((out / f"{name}.json").read_text()) for name in ("eval", "scenes", "beam", "stress", "bench")}
     path = write_report(suite, loaded["eval"], loaded["scenes"], loaded["beam"], loaded["stress"], loaded["bench"],
                         ablations, docs)
+    write_figures(docs / "EVALUATION.json", collect(suite, loaded["eval"], loaded["scenes"], loaded["beam"],
+                                                    loaded["stress"], loaded["bench"]))
     print(f"[evalsuite] wrote {path} ({suite['wall_minutes']} min)")
     return path
 
@@ -278,5 +284,15 @@ def rebuild_report(preset="small", out_dir="eval_out", docs_dir=None, source=Non
          for name in ("suite", "eval", "scenes", "beam", "stress", "bench", "ablations")}
     if source is not None:
         j["suite"]["source"] = source
-    return write_report(j["suite"], j["eval"], j["scenes"], j["beam"], j["stress"], j["bench"], j["ablations"],
-                        Path(docs_dir) if docs_dir else ROOT / "docs")
+    docs = report_folder(preset, out, docs_dir)
+    write_figures(docs / "EVALUATION.json", collect(j["suite"], j["eval"], j["scenes"], j["beam"], j["stress"], j["bench"]))
+    return write_report(j["suite"], j["eval"], j["scenes"], j["beam"], j["stress"], j["bench"], j["ablations"], docs)
+
+
+def report_folder(preset, out, docs_dir=None) -> Path:
+    """Where a run's report, its figures file and its pictures go: the full preset's into docs/
+    (committed: the documents' tables are made from it), the small preset's beside its JSON in
+    OUT/small, so that it never overwrites the full run's."""
+    if docs_dir:
+        return Path(docs_dir)
+    return ROOT / "docs" if preset == "full" else Path(out)

@@ -1,4 +1,4 @@
-"""Figures of the evaluation report (matplotlib, Agg): error against frame per split, error
+"""Plots of the evaluation report (matplotlib, Agg): error against frame per split, error
 against force scale, time against vertices, ablations, energy drift, and, per evaluation scene,
 plausibility against frame (volume / rest and edge strain of reference, model and oracle), and
 the beam's tip signal."""
