@@ -44,7 +44,7 @@ from ..core.mesh_physics import EdgeSprings, bending_matrix, coulomb_velocity, p
 from ..core.physics import pin_stiffness
 from ..core.setup import SHEET_LAYER_MAX_VERTICES
 
-LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (10: the flag's far edge fell 24 of 53 mm)
+LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (fewer lose the flag's first fall: experiments/sheet_layer_designs.py)
 LAYER_MEMORY = 10              # curvature pairs kept
 LAYER_CHOICES = ("auto", "on", "off")
 
