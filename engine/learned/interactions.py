@@ -1,12 +1,12 @@
 """The learned engine's interactions with the world around its body: collision objects and force
 fields (Blender's Collision physics and effectors; `engine.core.colliders`, `engine.core.fields`).
 
-`prepare(scene)` runs once per mesh (from `LatentScene.__init__`) and stores on the scene what
-the two interactions need, in the scene's normalised units (lengths / bounding-box diagonal L,
-per unit body mass):
+`LatentScene.__init__` prepares, once per mesh, what the two interactions need, in the scene's
+normalised units (lengths / bounding-box diagonal L, per unit body mass):
 
-* ``scene.latent_colliders``  each `Collider` of `setup.colliders` moved into normalised space;
-* ``scene.field_*``           the field samples (see `field_force`).
+* ``scene.latent_colliders``  each `Collider` of `setup.colliders` moved into normalised space
+                              (`normalised_colliders`), pushed out with ``scene.collider_k``;
+* ``scene.fields``            the field samples (`FieldSamples`, see `field_force`; None without effectors).
 
 Colliders -- `collider_contact(q, ctx)`, one more energy term of `terms.TERMS`. Like the floor,
 it acts at the contact samples ``scene.contact_V`` / ``scene.contact_rest``: each sample closer
@@ -31,19 +31,14 @@ in `StepContext.build`. See its docstring for the approximation.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from ..core.colliders import Collider, point_motion, shell_contacts
 from ..core.fields import total_accel
-from ..core.physics import FLOOR_OMEGA2
 from .materials import DTYPE
-
-
-def prepare(scene) -> None:
-    """Once per mesh: colliders in normalised space and the field samples (called by `LatentScene`)."""
-    _prepare_colliders(scene)
-    _prepare_fields(scene)
 
 
 # --------------------------------------------------------------------------- colliders
@@ -71,10 +66,9 @@ class NormalisedCollider:
         return self.source.velocity(frame, dt) / self.norm.scale
 
 
-def _prepare_colliders(scene) -> None:
-    norm = scene.sub.norm
-    scene.latent_colliders = [NormalisedCollider(c, norm) for c in scene.setup.colliders]
-    scene.collider_k = FLOOR_OMEGA2
+def normalised_colliders(colliders, norm) -> list[NormalisedCollider]:
+    """Each of `setup.colliders` seen in the normalised space of `norm` (once per mesh, `LatentScene`)."""
+    return [NormalisedCollider(c, norm) for c in colliders]
 
 
 def collider_geometry(c: Collider, x: np.ndarray, frame: float, h: float, dt: float):
@@ -101,12 +95,12 @@ def collider_contact(q, ctx, need_hess=True):
     energy = torch.zeros((), dtype=q.dtype, device=q.device)
     g = torch.zeros_like(q)
     H = torch.zeros(d, d, dtype=q.dtype, device=q.device)
-    cols = getattr(s, "latent_colliders", None)
+    cols = s.latent_colliders
     if not cols:
         return energy, g, (H if need_hess else None)
     x = s.contact_rest + torch.einsum("kid,d->ki", s.contact_V, q)
     xn = x.detach().cpu().numpy()
-    frame = float(getattr(ctx, "frame", 0)) + 1.0
+    frame = float(ctx.frame) + 1.0
     m = s.contact_mass
     k = m * s.collider_k
     for c in cols:
@@ -127,11 +121,25 @@ def collider_contact(q, ctx, need_hess=True):
 
 # --------------------------------------------------------------------------- force fields
 
-def _prepare_fields(scene) -> None:
+@dataclass
+class FieldSamples:
+    """Where the force fields are felt (`field_force`): the contact samples, each standing for its
+    rest-space cell, and the faces around them (their normals on the deformed surface)."""
+    effectors: list              # `setup.effectors`
+    V: torch.Tensor              # [K,3,d] each sample's cell's mass-weighted basis
+    local_vertices: np.ndarray   # [U] the samples and the vertices of the faces around them
+    local_V: np.ndarray          # [3U,d] their basis
+    sample_local: np.ndarray     # [K] each sample's index among `local_vertices`
+    local_faces: np.ndarray      # [F,3] the faces around the samples, in those indices
+    corner: tuple                # (face, corner) pairs where a sample is a face's corner
+    corner_sample: np.ndarray    # the sample at each of those corners
+
+
+def field_samples(scene) -> FieldSamples | None:
+    """The field samples of the scene's mesh (once per mesh, `LatentScene`); None without effectors."""
     setup = scene.setup
-    scene.field_effectors = list(setup.effectors)
-    if not scene.field_effectors:
-        return
+    if not setup.effectors:
+        return None
     sub, dev = scene.sub, scene.device
     samples = np.asarray(sub.contact)
     # each vertex belongs to its nearest sample at rest (a Voronoi cell); a sample stands for the
@@ -143,7 +151,6 @@ def _prepare_fields(scene) -> None:
         owner[s0:s0 + 2048] = np.argmin(((chunk[:, None, :] - ps[None]) ** 2).sum(-1), axis=1)
     cell_V = np.zeros((len(samples), 3, scene.dims))
     np.add.at(cell_V, owner, scene.vertex_mass[:, None, None] * sub.vertex_basis)
-    scene.field_V = torch.as_tensor(cell_V, dtype=DTYPE, device=dev)
     # vertex normals at the samples on the deformed surface: from the faces around each sample
     faces = np.asarray(sub.faces, dtype=np.int64).reshape(-1, 3)
     pos = np.full(len(sub.rest), -1)
@@ -151,30 +158,27 @@ def _prepare_fields(scene) -> None:
     around = np.nonzero((pos[faces] >= 0).any(axis=1))[0] if len(faces) else np.zeros(0, dtype=np.int64)
     local_faces = faces[around]
     verts, inverse = np.unique(np.concatenate([samples, local_faces.ravel()]), return_inverse=True)
-    scene.field_samples = samples
-    scene.field_local_vertices = verts
-    scene.field_sample_local = inverse[:len(samples)]
-    scene.field_local_faces = inverse[len(samples):].reshape(-1, 3)
     corner = pos[local_faces]                                                   # [Fi,3] sample index or -1
-    scene.field_corner = np.nonzero(corner >= 0)                                # (face, corner) pairs
-    scene.field_corner_sample = corner[scene.field_corner]
-    scene.field_local_V = sub.vertex_basis[verts].reshape(-1, scene.dims)       # [3U, d]
+    at_corner = np.nonzero(corner >= 0)
+    return FieldSamples(effectors=list(setup.effectors), V=torch.as_tensor(cell_V, dtype=DTYPE, device=dev),
+                        local_vertices=verts, local_V=sub.vertex_basis[verts].reshape(-1, scene.dims),
+                        sample_local=inverse[:len(samples)], local_faces=inverse[len(samples):].reshape(-1, 3),
+                        corner=at_corner, corner_sample=corner[at_corner])
 
 
 def field_samples_state(scene, q, qd):
     """Positions (m), velocities (m/s) and unit normals of the field samples at the latent state."""
-    sub = scene.sub
+    sub, fields = scene.sub, scene.fields
     qn = q.detach().cpu().numpy().astype(np.float64)
     qdn = qd.detach().cpu().numpy().astype(np.float64)
-    U = scene.field_local_vertices
-    xl = sub.rest[U] + (scene.field_local_V @ qn).reshape(-1, 3)
-    vl = (scene.field_local_V @ qdn).reshape(-1, 3)
-    s = scene.field_sample_local
+    xl = sub.rest[fields.local_vertices] + (fields.local_V @ qn).reshape(-1, 3)
+    vl = (fields.local_V @ qdn).reshape(-1, 3)
+    s = fields.sample_local
     normals = np.zeros((len(s), 3))
-    if len(scene.field_local_faces):
-        fn = np.cross(xl[scene.field_local_faces[:, 1]] - xl[scene.field_local_faces[:, 0]],
-                      xl[scene.field_local_faces[:, 2]] - xl[scene.field_local_faces[:, 0]])
-        np.add.at(normals, scene.field_corner_sample, fn[scene.field_corner[0]])
+    faces = fields.local_faces
+    if len(faces):
+        fn = np.cross(xl[faces[:, 1]] - xl[faces[:, 0]], xl[faces[:, 2]] - xl[faces[:, 0]])
+        np.add.at(normals, fields.corner_sample, fn[fields.corner[0]])
         normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-300)
     return sub.norm.inverse(xl[s]), vl[s] * sub.norm.scale, normals
 
@@ -192,10 +196,10 @@ def field_force(scene, frame: int, q_n, qd_n):
     f = sum_k (sum_{n in cell k} m_n V_n)^T a_k. Fields that vary faster than the spacing of the
     samples are smoothed, and a very strong Drag (strength x step > 2) can overshoot, as with any
     explicit force."""
-    effectors = getattr(scene, "field_effectors", None)
-    if not effectors:
+    fields = scene.fields
+    if fields is None:
         return 0.0
     x, v, normals = field_samples_state(scene, q_n, qd_n)
-    a = total_accel(effectors, frame, x, v, normals, surface=scene.kind == "cloth") / scene.scale
-    f = torch.einsum("kid,ki->d", scene.field_V, torch.as_tensor(a, dtype=scene.field_V.dtype, device=scene.field_V.device))
+    a = total_accel(fields.effectors, frame, x, v, normals, surface=scene.kind == "cloth") / scene.scale
+    f = torch.einsum("kid,ki->d", fields.V, torch.as_tensor(a, dtype=fields.V.dtype, device=fields.V.device))
     return f.to(q_n.dtype)

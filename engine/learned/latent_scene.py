@@ -74,7 +74,9 @@ class LatentScene:
                             for w, a, profile in setup.force_terms]
         self._pins()
         self._floor()
-        interactions.prepare(self)                              # colliders and force fields
+        self.latent_colliders = interactions.normalised_colliders(setup.colliders, sub.norm)
+        self.collider_k = FLOOR_OMEGA2                          # a collider pushes out as the floor does
+        self.fields = interactions.field_samples(self)          # where force fields are felt (None: no effectors)
         self._encoder()
         self.q0 = self.encode(sub.norm.forward(setup.x0))
         self.qd0 = self.encode_velocity(setup.v0 / self.scale)
@@ -91,7 +93,7 @@ class LatentScene:
         sub = self.sub
         if self.kind == "solid":
             self._set_samples(*solid_local_map(sub.node_basis, sub.cell_nodes, sub.cell_size,
-                                               getattr(sub, "cell_points", None)), sub.cell_volume)
+                                               sub.cell_points), sub.cell_volume)
             self.bending = None
             return
         G, offset, lengths = cloth_local_map(sub.node_basis, sub.nodes, sub.triangles)

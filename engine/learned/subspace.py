@@ -580,8 +580,8 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
         L = mesh_laplacian(faces, len(x))
     node_mass = node_mass / node_mass.sum()
     node_held = None if held is None else held_nodes(*held_points(lat, x, faces, held) if solid else (W, held))
-    functions, spectrum = smooth_functions(L, node_mass, max(2 * handles, 2 * getattr(weight_field, "handles", 0)),
-                                           node_held, nodes)
+    field_handles = 0 if weight_field is None else weight_field.handles
+    functions, spectrum = smooth_functions(L, node_mass, max(2 * handles, 2 * field_handles), node_held, nodes)
     weights = handle_weights(functions, spectrum, handles, weight_field)
     if node_held is not None:
         weights = held_weights(weights, functions, node_held)

@@ -157,7 +157,7 @@ def slip_contacts(scene: LatentScene, frame: int, q_n, contact_prev, node_height
             V, prev, m = points
             found.append((V, floor_contacts(scene.floor, scene.setup.floor_friction, prev.detach().cpu().numpy(),
                                             (m * scene.floor_k).cpu().numpy())))
-    colliders = [c for c in getattr(scene, "latent_colliders", ()) if c.friction > 0.0]
+    colliders = [c for c in scene.latent_colliders if c.friction > 0.0]
     if colliders:
         stiffness = np.full(len(contact_prev), scene.contact_mass * scene.collider_k)
         dt = scene.setup.dt
@@ -166,15 +166,15 @@ def slip_contacts(scene: LatentScene, frame: int, q_n, contact_prev, node_height
     found = [(V[torch.as_tensor(f.index, device=V.device)], f) for V, f in found if f is not None and len(f.index)]
     if not found:
         return None
-    as_t = lambda key: torch.as_tensor(np.concatenate([getattr(f, key) for _, f in found]), dtype=q_n.dtype,
-                                       device=q_n.device)
-    return SlipContacts(torch.cat([V for V, _ in found]), as_t("normal"), as_t("weight"), as_t("surface_slide"))
+    joined = lambda arrays: torch.as_tensor(np.concatenate(arrays), dtype=q_n.dtype, device=q_n.device)
+    return SlipContacts(torch.cat([V for V, _ in found]), joined([f.normal for _, f in found]),
+                        joined([f.weight for _, f in found]), joined([f.surface_slide for _, f in found]))
 
 
 def slip_at(ctx: StepContext, q) -> SlipContacts | None:
     """The friction contacts of the trial state q (a lagged update, `integrators.minimize_with_friction`)."""
     s = ctx.scene
-    if not (s.has_floor or getattr(s, "latent_colliders", None)):
+    if not (s.has_floor or s.latent_colliders):
         return None
     q = q.detach()
     heights = s.node_heights(q) if s.has_floor else None
