@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -164,13 +165,13 @@ def prepared(model, setup, design):
     run = NeurokRun(model.model, setup, "cpu", "matched", model.meta, sheet_layer="on")
     layer = run.layer
     substeps, iterations = (int(n) for n in design.rsplit("(", 1)[1].rstrip(")").split(" x "))
-    run.substeps, layer.iterations = substeps, iterations
+    run.config, layer.iterations = replace(run.config, substeps=substeps), iterations
     if design.startswith("projective"):
         layer.step = projective_dynamics(layer, iterations)
     if design.startswith("theta"):
         from engine.learned.integrators import matched_theta
         from engine.learned.runtime import DATA_STEP
-        run._scheme = "theta"                   # the latent step too (`runtime.NeurokRun._advance`)
+        run.config = replace(run.config, scheme="theta")   # the latent step too (`runtime.NeurokRun._advance`)
         layer.step = theta_layer(layer, matched_theta(setup.dt, DATA_STEP))
     if "coarse" in design:
         coarse = CoarseLevel(layer, run.scene.sub, setup.dt / substeps)

@@ -102,7 +102,7 @@ def test_a_frame_computed_again_starts_from_its_accepted_state(engine):
     run = engine.prepare(setup, sheet_layer="on")
     states = list(run.states())
     assert all(len(s.history) > 0 for s in states[1:])
-    again = run._frame(3, states[3], run.substeps)
+    again = run._frame(3, states[3], run.config.substeps)
     assert np.array_equal(again.x, states[4].x) and np.array_equal(again.v, states[4].v)
     retried = run._retry_frame(4, 2)
     assert np.abs(retried - states[4].x).max() < 0.01

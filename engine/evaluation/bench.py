@@ -19,6 +19,7 @@ size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed s
   (`learned/subspace.resolution`: 32), and `handles` / `coordinates` are in every neurok row.
   `sheet_layer` says whether the full-space layer ran (`learned/sheet_layer.py`; by default up to
   10,000 vertices); a size beyond that gets a second row with the layer on, its note says so.
+  `closures` whether the learned closures acted (off under the layer: `runtime.RunConfig`).
 - blender_cloth: Blender's own cloth simulator on the same mesh and frames, pinned by a vertex
   group (gravity only: cloth on the surface mesh, not a volumetric solid; a speed reference);
   blender_cloth_sheet: the same on the cloth rows' sheet, pinned along its top edge (gravity only),
@@ -178,8 +179,8 @@ def bench_neurok(engine, setup, device="cpu", sheet_layer="auto") -> dict:
            # CPU time of this process per frame: what the frame costs where other jobs share the cores
            "cpu_ms_per_frame": 1000.0 * (c3 - c2) / max(count, 1),
            "cubature_samples": int(len(run.scene.weights)), "cubature_force_error": float(sub.cubature_error),
-           "substeps": run.substeps, "handles": int(run.scene.resolution.handles), "coordinates": int(run.scene.dims),
-           "sheet_layer": getattr(run, "layer", None) is not None}
+           "substeps": run.config.substeps, "handles": int(run.scene.resolution.handles), "coordinates": int(run.scene.dims),
+           "sheet_layer": run.config.sheet_layer, "closures": run.config.closures}
     if cuda:
         row["peak_mb"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 20
         row["host_peak_mb"] = mem.mb

@@ -42,12 +42,13 @@ class LatentScene:
     """Everything one simulation needs in latent form."""
 
     def __init__(self, model, setup: Setup, subspace: Subspace | None = None, device="cpu",
-                 fixed: Resolution | None = None):
-        """`fixed`: this resolution instead of the one the mesh's shape asks for (`subspace.resolution`)."""
+                 fixed: Resolution | None = None, closures: bool = True):
+        """`fixed`: this resolution instead of the one the mesh's shape asks for (`subspace.resolution`).
+        `closures`: whether the learned closures act (a run decides it once, `runtime.RunConfig`:
+        off under a sheet's full-space layer, since they were learned to make up for the latent
+        step's locking on its own)."""
         self.model, self.setup, self.device = model, setup, device
-        # the learned closures act; a sheet's full-space layer turns them off (`NeurokRun`): they
-        # were learned to make up for the latent step's locking on its own
-        self.closures = True
+        self.closures = closures
         cfg = model.cfg
         mat = setup.material
         if subspace is None:
@@ -126,11 +127,13 @@ class LatentScene:
             return self.model.energy.solid_energy(local, self.features, self.mu, self.lam)
         return self.model.energy.cloth_energy(local, self.rest_lengths, self.features, self.compression_share())
 
-    def density_terms(self, local, need_hess=True, project=True):
-        """(psi [K], dpsi [K,m], d2psi [K,m,m] (PSD if `project`) or None) per sample."""
+    def density_terms(self, local, need_hess=True, project=True, closures=None):
+        """(psi [K], dpsi [K,m], d2psi [K,m,m] (PSD if `project`) or None) per sample; `closures`:
+        whether the learned closures act (None: as the scene's `closures` say)."""
         if self.kind == "solid":
             return self.model.energy.solid(local, self.features, self.mu, self.lam, need_hess, project)
-        return self.model.energy.cloth(local, self.rest_lengths, self.features, need_hess, project, self.compression_share())
+        return self.model.energy.cloth(local, self.rest_lengths, self.features, need_hess, project,
+                                       self.compression_share(closures))
 
     def bending_scale(self):
         return self.model.energy.bending_scale(self.features)
@@ -141,18 +144,20 @@ class LatentScene:
         closures would give a built-in material the kind's."""
         return self.model.energy.preset_for(self.setup.material) is not None
 
-    def _own_numbers(self) -> bool:
+    def _own_numbers(self, closures: bool) -> bool:
         """Whether the material's own numbers stand in for the closures: a learned material's, or,
         with the closures off, a built-in material's (the sliders' damping, the reference's membrane)."""
-        return self.learned_material or not self.closures
+        return self.learned_material or not closures
 
-    def compression_share(self):
-        """A compressed cloth edge's share of the membrane stiffness (None: all of it)."""
-        return self.model.energy.compression_share(self.features, learned_material=self._own_numbers())
+    def compression_share(self, closures=None):
+        """A compressed cloth edge's share of the membrane stiffness (None: all of it); `closures`:
+        whether the learned closures act (None: as the scene's `closures` say)."""
+        acting = self.closures if closures is None else closures
+        return self.model.energy.compression_share(self.features, learned_material=self._own_numbers(acting))
 
     def damping_scales(self):
         """(beta, alpha) multipliers: the dissipation closure's, or the material's own numbers."""
-        return self.model.energy.damping_scales(self.features, learned_material=self._own_numbers())
+        return self.model.energy.damping_scales(self.features, learned_material=self._own_numbers(self.closures))
 
     def local(self, q):
         """Local coordinates of every cubature sample (vec F, or a triangle's two edges) at q."""
@@ -175,13 +180,14 @@ class LatentScene:
         f = f.view(K, 3, r).transpose(1, 2) if self.kind == "solid" else f.view(K, r, 3)   # [k, j, i]
         return (self._g.view(K * r, k).T @ f.reshape(K * r, 3)).T.reshape(-1)
 
-    def elastic(self, q, need_hess=True, project=True, fast=False, extra=None):
+    def elastic(self, q, need_hess=True, project=True, fast=False, extra=None, closures=None):
         """(energy, gradient, Hessian) of w0^2 sum_k c_k psi(F_k(q)) (+ reduced bending for cloth).
         `project`: each sample's Hessian made positive semi-definite (else the exact one).
         `fast`: the Hessian assembled in float32 (for Newton's matrix, which only steers the
         iterations; 2x faster on a CPU, more on a GPU). `extra` [K,m,m]: more per-sample
-        Hessians assembled with these (the damping's, `terms.Damping`): one assembly for both."""
-        psi, dpsi, h_local = self.density_terms(self.local(q), need_hess, project)
+        Hessians assembled with these (the damping's, `terms.Damping`): one assembly for both.
+        `closures`: whether the learned closures act (None: as the scene's `closures` say)."""
+        psi, dpsi, h_local = self.density_terms(self.local(q), need_hess, project, closures)
         c = self.w0sq * self.weights
         energy = torch.dot(c, psi)
         g = self.from_samples(c[:, None] * dpsi)
@@ -277,14 +283,16 @@ class LatentScene:
         """The mass-weighted projection of vertex displacements onto the subspace. Lattice nodes
         inside a solid touch no vertex, so vertices alone leave some coordinates free: those are
         set by the least elastic energy (a tiny multiple of the rest stiffness), which keeps a
-        rigidly moved body rigid inside too."""
+        rigidly moved body rigid inside too. That stiffness is the model's with its closures acting,
+        whether or not this scene's run keeps them (`closures`): a run's choice does not move its
+        initial state."""
         B = self.sub.vertex_basis.reshape(-1, self.dims)
         self._B = B
         sub = self.sub
         self._handle_points = (None if sub.kind != "cloth" or sub.handle_transform is None else
                                np.concatenate([sub.nodes - sub.centre, np.ones((len(sub.nodes), 1))], axis=1))
         with torch.no_grad():
-            K = self.elastic(torch.zeros(self.dims, dtype=DTYPE, device=self.device))[2].cpu().numpy()
+            K = self.elastic(torch.zeros(self.dims, dtype=DTYPE, device=self.device), closures=True)[2].cpu().numpy()
         gram = self.sub.vertex_gram
         self.vertex_gram = gram                      # B^T M B over the vertices (the OOD score uses it too)
         K = K * (np.trace(gram) / max(np.trace(K), 1e-300))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -77,6 +78,30 @@ def handle_blend(sub):
     return (sub.norm.scale * sub.weights).astype(np.float32), y.astype(np.float32), sub.handle_transform
 
 
+@dataclass(frozen=True)
+class RunConfig:
+    """How a learned run steps, decided once when it is prepared (`run_config`)."""
+    scheme: str          # the latent step's integrator: "theta" (a solid's matched scheme), "backward_euler", "implicit_midpoint"
+    substeps: int        # latent steps per frame
+    sheet_layer: bool    # a sheet's full-space layer corrects each latent step (`sheet_layer.py`)
+    # the learned closures act (`LatentScene.closures`). They make up for a locked sheet's latent
+    # step on its own; under the layer they only bent its prediction away (`neurok prior-vs-trained`:
+    # 1.06x the prior's distance, docs/MODEL_CARD.md), so they are off there
+    closures: bool
+
+
+def run_config(setup: Setup, kind: str, integrator: str, sheet_layer: str) -> RunConfig:
+    """The `RunConfig` of a body of `kind` ("solid", "cloth") under `integrator` (`SCHEMES`) and
+    the `sheet_layer` choice ("auto", "on", "off")."""
+    if integrator not in SCHEMES:
+        raise ValueError(f"unknown integrator '{integrator}' ({', '.join(SCHEMES)})")
+    matched_solid = integrator == "matched" and kind == "solid"
+    layer = kind == "cloth" and layer_wanted(sheet_layer, setup)
+    return RunConfig(scheme="theta" if matched_solid else ("backward_euler" if integrator == "matched" else integrator),
+                     substeps=substeps_for(setup.dt, SOLID_STEP if matched_solid else SUBSTEP),
+                     sheet_layer=layer, closures=not layer)
+
+
 class RunState(NamedTuple):
     """A learned run's state at a frame: the latent state (q, q'), and with a sheet's full-space
     layer its vertices' positions and velocities (metres, [N,3]) and the layer's curvature pairs
@@ -103,17 +128,16 @@ class NeurokRun(Run):
                  sheet_layer="auto"):
         """`subspace`: this one instead of the mesh's cached one (`LatentScene`). `sheet_layer`
         ("auto", "on", "off"): whether a sheet also takes the full-space layer's iterations
-        (`sheet_layer.py`; "auto": up to `SHEET_LAYER_MAX_VERTICES` vertices)."""
+        (`sheet_layer.py`; "auto": up to `SHEET_LAYER_MAX_VERTICES` vertices). How the run steps is
+        decided here, once: `config` (`RunConfig`)."""
         super().__init__(setup)
         t0 = time.perf_counter()
+        kind = setup.material.kind if subspace is None else subspace.kind
+        self.config = run_config(setup, kind, integrator, sheet_layer)
         with torch.no_grad(), single_threaded():   # one thread here too: the fit's many mid-sized
-            self.scene = LatentScene(model, setup, subspace=subspace, device=device)   # products ran 9x slower on 2 busy cores
-        if integrator not in SCHEMES:
-            raise ValueError(f"unknown integrator '{integrator}' ({', '.join(SCHEMES)})")
+            self.scene = LatentScene(model, setup, subspace=subspace, device=device,   # products ran 9x slower
+                                     closures=self.config.closures)                     # on 2 busy cores
         self.model, self.integrator = model, integrator
-        matched_solid = integrator == "matched" and self.scene.kind == "solid"
-        self.substeps = substeps_for(setup.dt, SOLID_STEP if matched_solid else SUBSTEP)
-        self._scheme = "theta" if matched_solid else ("backward_euler" if integrator == "matched" else integrator)
         # decoding goes through the nodes: q -> node displacements (n x d) -> vertices by the
         # sparse interpolation W (8 nodes per vertex for solids), O(N) instead of O(N d); in
         # metres and float32 from the start (the normalisation folded into the basis)
@@ -124,10 +148,7 @@ class NeurokRun(Run):
             self._node_basis_m = (sub.norm.scale * sub.node_basis.reshape(-1, self.scene.dims)).astype(np.float32)
             self._W = sub.W.astype(np.float32).tocsr()
         self._states, self._resume = {}, None
-        self.layer = SheetLayer(setup) if self.scene.kind == "cloth" and layer_wanted(sheet_layer, setup) else None
-        # the closures make up for a locked sheet's latent step on its own; under the layer they
-        # only bent its prediction away (`neurok prior-vs-trained`: 1.06x the prior's distance, docs/MODEL_CARD.md)
-        self.scene.closures = self.layer is None
+        self.layer = SheetLayer(setup) if self.config.sheet_layer else None
         self.encode_seconds = time.perf_counter() - t0
         with single_threaded():      # BLAS products: see `guard`
             self.ood = ood_report(self.scene, meta or {})
@@ -135,9 +156,8 @@ class NeurokRun(Run):
     def _advance(self, frame, q, qd, h, splits=0):
         # a retried step may also take more Newton iterations (a blow far outside the training
         # range needs 50-60 where ordinary steps take 2-5)
-        q1, qd1, ok = integrator_step(self.scene, frame, q, qd, h, self._scheme, fast=True,
-                                      iterations=NEWTON_ITERATIONS << splits, theta=matched_theta(h, DATA_STEP),
-                                      reference_step=DATA_STEP)
+        q1, qd1, ok = integrator_step(self.scene, frame, q, qd, h, self.config.scheme, fast=True,
+                                      iterations=NEWTON_ITERATIONS << splits, theta=matched_theta(h, DATA_STEP))
         if ok and bool(torch.all(torch.isfinite(q1))):
             return q1, qd1
         if splits >= MAX_RETRY_SPLITS:
@@ -185,7 +205,7 @@ class NeurokRun(Run):
         frame = 0
         with single_threaded():
             while frame < self.setup.frames - 1:
-                state = self._frame(frame, state, self.substeps)
+                state = self._frame(frame, state, self.config.substeps)
                 frame += 1
                 self._states[frame] = state
                 self._states.pop(frame - self.retry_window - 1, None)
@@ -214,7 +234,7 @@ class NeurokRun(Run):
         the frames after it are then computed again from there."""
         if t - 1 not in self._states:
             return None
-        state = self._frame(t - 1, self._states[t - 1], self.substeps * factor)
+        state = self._frame(t - 1, self._states[t - 1], self.config.substeps * factor)
         self._states = {s: v for s, v in self._states.items() if s < t}
         self._states[t] = state
         self._resume = (t, state)
