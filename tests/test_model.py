@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -181,7 +182,7 @@ def test_step_gradient_is_the_gradient_of_the_incremental_potential(model, famil
     # piecewise quadratic: their Gauss-Newton Hessians are exact away from the contact switch)
     exact = torch.autograd.functional.hessian(lambda x: total_energy(x, ctx), q.detach())
     np.testing.assert_allclose(terms.hess.numpy(), exact.numpy(), rtol=1e-6, atol=1e-7 * float(exact.abs().max()))
-    ctx.exact_hessian = False    # what Newton falls back to where the exact one is not positive definite
+    ctx = replace(ctx, exact_hessian=False)   # what Newton falls back to where the exact one is not positive definite
     assert float(torch.linalg.eigvalsh(total(q.detach(), ctx).hess).min()) > 0.0
     assert (ctx.damping.blocks is not None) == (per_sample or family == "sheet")
 
@@ -573,7 +574,7 @@ def test_newton_says_when_it_stops_at_its_iteration_cap(model):
     scene = latent_scene(model, setup)
     with torch.no_grad():
         ctx = StepContext.build(scene, 0, scene.q0, scene.qd0, 1.0 / 48)
-        _, capped = minimize(ctx, scene.q0, iterations=1)
+        capped = minimize(ctx, scene.q0, iterations=1).converged
         ctx = StepContext.build(scene, 0, scene.q0, scene.qd0, 1.0 / 48)
-        _, converged = minimize_with_friction(ctx, scene.q0, iterations=100)
+        converged = minimize_with_friction(ctx, scene.q0, iterations=100).converged
     assert not capped and converged

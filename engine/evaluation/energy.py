@@ -79,10 +79,10 @@ def _stepper(integrator, tolerance):
     def step(scene, q, qd, h):      # the same formulas as `integrators.step`, solved tighter
         if integrator == "implicit_midpoint":
             ctx = StepContext.build(scene, 0, q, qd, 0.5 * h)
-            q_mid, ok = I.minimize(ctx, q + 0.5 * h * qd, iterations=100, tolerance=tolerance)
+            q_mid, ok, _ = I.minimize(ctx, q + 0.5 * h * qd, iterations=100, tolerance=tolerance)
             return 2.0 * q_mid - q, 4.0 * (q_mid - q) / h - qd, ok
         ctx = StepContext.build(scene, 0, q, qd, h)
-        q1, ok = I.minimize(ctx, q + h * qd, iterations=100, tolerance=tolerance)
+        q1, ok, _ = I.minimize(ctx, q + h * qd, iterations=100, tolerance=tolerance)
         return q1, (q1 - q) / h, ok
     return step
 

@@ -22,7 +22,8 @@ reach the learned energy by the implicit-function theorem at the cost of one lin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import torch
 
@@ -44,22 +45,20 @@ TOLERANCE = 1e-5          # stop when a Newton step moves the body less than thi
 
 # --------------------------------------------------------------------------- the step
 
-def step(scene, frame, q_n, qd_n, h, integrator="backward_euler", fast=False, iterations=NEWTON_ITERATIONS, theta=None,
-         reference_step=None):
+def step(scene, frame, q_n, qd_n, h, integrator="backward_euler", fast=False, iterations=NEWTON_ITERATIONS, theta=None):
     """One step -> (q, q', converged). `fast`: Newton's matrix and the damping's stiffness
     assembled in float32 (the run time's choice; the solution is the same to the tolerance,
-    since it is set by the float64 gradient). `integrator` "theta" takes `theta` and
-    `reference_step` (`theta_step`)."""
+    since it is set by the float64 gradient). `integrator` "theta" takes `theta` (`theta_step`)."""
     if integrator == "theta":
-        return theta_step(scene, frame, q_n, qd_n, h, theta, fast, iterations, reference_step)
+        return theta_step(scene, frame, q_n, qd_n, h, theta, fast, iterations)
     if integrator == "implicit_midpoint":
         # solved tighter: its energy conservation is only as good as the solve (1e-5: 2.2 % drift
         # over 500 steps, 1e-8: 1.3 %, measured on a spinning jelly box)
         ctx = StepContext.build(scene, frame, q_n, qd_n, 0.5 * h, fast)
-        q_mid, ok = minimize_with_friction(ctx, q_n + 0.5 * h * qd_n, iterations, tolerance=MIDPOINT_TOLERANCE)
+        q_mid, ok, _ = minimize_with_friction(ctx, q_n + 0.5 * h * qd_n, iterations, tolerance=MIDPOINT_TOLERANCE)
         return 2.0 * q_mid - q_n, 4.0 * (q_mid - q_n) / h - qd_n, ok
     ctx = StepContext.build(scene, frame, q_n, qd_n, h, fast)
-    q, ok = minimize_with_friction(ctx, q_n + h * qd_n, iterations)
+    q, ok, _ = minimize_with_friction(ctx, q_n + h * qd_n, iterations)
     return q, (q - q_n) / h, ok
 
 
@@ -71,7 +70,7 @@ def matched_theta(h: float, reference_step: float) -> float:
     return min(1.0, 0.5 * (1.0 + reference_step / h))
 
 
-def theta_step(scene, frame, q_n, qd_n, h, theta, fast=False, iterations=NEWTON_ITERATIONS, reference_step=None):
+def theta_step(scene, frame, q_n, qd_n, h, theta, fast=False, iterations=NEWTON_ITERATIONS):
     """One-leg theta method: backward Euler over theta h (a minimisation: it never leaves the
     valid states), then extrapolated to h; theta 1 is backward Euler, 1/2 implicit midpoint.
     An extrapolation that would invert a sample is shortened until it does not.
@@ -79,14 +78,12 @@ def theta_step(scene, frame, q_n, qd_n, h, theta, fast=False, iterations=NEWTON_
     from q'_n, not at q_n: its null space (the motions that strain nothing) then holds a turning
     body's chord to third order in the angle turned, where K at q_n charges it to second order.
     A rubber cube spinning at 6 rad/s keeps 0.67x the reference's kinetic energy after 12 frames
-    with K there, 0.12x with K at q_n (backward Euler at 1/48 s: 0.49x; tests/test_model.py).
-    Friction is Coulomb's law, a force: the same whatever the step and theta, so
-    `reference_step` (kept for callers) changes nothing."""
+    with K there, 0.12x with K at q_n (backward Euler at 1/48 s: 0.49x; tests/test_model.py)."""
     middle = q_n + 0.5 * h * qd_n
     if not scene.admissible(middle):
         middle = None
     ctx = StepContext.build(scene, frame, q_n, qd_n, theta * h, fast, damping_at=middle)
-    q_t, ok = minimize_with_friction(ctx, q_n + theta * h * qd_n, iterations)
+    q_t, ok, _ = minimize_with_friction(ctx, q_n + theta * h * qd_n, iterations)
     qd_t = (q_t - q_n) / (theta * h)
     for halvings in range(4):
         reach = 1.0 + (1.0 / theta - 1.0) / 2 ** halvings
@@ -101,10 +98,10 @@ def differentiable_step(scene, frame, q_n, qd_n, h):
     """Backward-Euler step whose result carries gradients to the learned energy and to (q_n, q'_n)."""
     with torch.no_grad():
         ctx0 = StepContext.build(scene, frame, q_n.detach(), qd_n.detach(), h)
-        q_star, ok = minimize_with_friction(ctx0, q_n.detach() + h * qd_n.detach(), iterations=TRAINING_NEWTON_ITERATIONS)
-        H = total(q_star, ctx0).hess
-    ctx = StepContext.build(scene, frame, q_n, qd_n, h)
-    ctx.slip = ctx0.slip
+        q_star, ok, solved = minimize_with_friction(ctx0, q_n.detach() + h * qd_n.detach(),
+                                                    iterations=TRAINING_NEWTON_ITERATIONS)
+        H = total(q_star, solved).hess
+    ctx = replace(StepContext.build(scene, frame, q_n, qd_n, h), slip=solved.slip)
     t = total(q_star, ctx, need_hess=False)
     q = q_star - solve(H, t.grad)
     return q, (q - q_n) / h, ok
@@ -124,7 +121,8 @@ class StepContext:
     damping: Damping             # Rayleigh D = alpha I + beta K(q_n)
     contact_prev: torch.Tensor   # contact sample positions at q_n
     node_heights: torch.Tensor | None = None   # the nodes' heights at q_n (floor contact: `LatentScene.floor_points`)
-    exact_hessian: bool = True   # the exact elastic Hessian (Newton falls back to projected samples if needed)
+    exact_hessian: bool = True   # the exact elastic Hessian (Newton goes on in a copy with it off where
+                                 # that leaves its matrix indefinite: `factorize`)
     frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: interactions.py)
     fast_hessian: bool = False   # assemble the elastic Hessian in float32 (Newton's matrix only; energy and gradient stay float64)
     quadratic: tuple | None = None   # (energy, gradient, Hessian) of the quadratic terms at q = 0 (`quadratic_part`)
@@ -158,42 +156,53 @@ class StepContext:
 
 # --------------------------------------------------------------------------- Newton on the incremental potential
 
-def minimize_with_friction(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERANCE):
+class Solved(NamedTuple):
+    """Newton's answer: the solution, whether it converged, and the context it was found in (the
+    step's, with `exact_hessian` off if Newton fell back to projected samples, `factorize`, and
+    `slip` the friction contacts it last took, `minimize_with_friction`)."""
+    q: torch.Tensor
+    converged: bool
+    ctx: StepContext
+
+
+def minimize_with_friction(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERANCE) -> Solved:
     """`minimize`, then again from its solution with friction's normal forces taken there while
     they change (a contact that starts or ends in the step; IPC's lagged updates): a body set on
     the floor or a ramp feels its friction from the first step."""
-    q, ok = minimize(ctx, q, iterations, tolerance)
+    q, ok, ctx = minimize(ctx, q, iterations, tolerance)
     for _ in range(FRICTION_UPDATES):
         fresh = slip_at(ctx, q)
         if not changed(ctx.slip, fresh):
             break
-        ctx.slip = fresh
-        q, ok = minimize(ctx, q, iterations, tolerance)
-    return q, ok
+        q, ok, ctx = minimize(replace(ctx, slip=fresh), q, iterations, tolerance)
+    return Solved(q, ok, ctx)
 
 
-def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERANCE):
+def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERANCE) -> Solved:
     """Newton with backtracking on the incremental potential, from the guess q (or from q_n when
     the guess would invert a sample: the line search then never leaves the valid states).
 
     Chord iterations: the Cholesky factor of one iteration's matrix serves the next ones
     (gradients are cheap, Hessians are not); it is refreshed after a shortened step, when the
-    steps stop shrinking fast, and before giving up. Returns (q, converged): False when the
-    step is not finite, stalls, or the iteration cap is reached."""
+    steps stop shrinking fast, and before giving up. Converged is False when the step is not
+    finite, stalls, or the iteration cap is reached. Where the exact elastic Hessian leaves
+    Newton's matrix indefinite, `factorize` hands back the context with it off, and the
+    iterations go on in that one."""
     q, t = _start(ctx, q)
     energy = _finite(t.energy)
     if not math.isfinite(energy):
-        return q, False
-    L, fresh = factorize(ctx, q, t.hess), ctx.start_hessian is None or q is ctx.q_n
+        return Solved(q, False, ctx)
+    L, ctx = factorize(ctx, q, t.hess)
+    fresh = ctx.start_hessian is None or q is ctx.q_n
     previous = math.inf
     for _ in range(iterations):
         step = -torch.cholesky_solve(t.grad[:, None], L)[:, 0]
         decrement = float(-torch.dot(t.grad, step))
         size = float(torch.linalg.norm(step))
         if not (math.isfinite(decrement) and math.isfinite(size)):
-            return q, False
+            return Solved(q, False, ctx)
         if size < tolerance:
-            return q, True
+            return Solved(q, True, ctx)
         trial, alpha = q + step, 1.0
         t_trial = total(trial, ctx, need_hess=False)          # the full step is usually taken
         e_trial = _finite(t_trial.energy)
@@ -204,12 +213,12 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
         if e_trial > energy - 1e-4 * alpha * decrement:       # no decrease along this step
             if not fresh:                                     # a stale factor: refresh it before giving up
                 t = total(q, ctx)
-                L, fresh = factorize(ctx, q, t.hess), True
+                (L, ctx), fresh = factorize(ctx, q, t.hess), True
                 continue
-            return q, size < 1e3 * tolerance
+            return Solved(q, size < 1e3 * tolerance, ctx)
         q, energy = trial, e_trial
         if alpha * size < tolerance:
-            return q, True
+            return Solved(q, True, ctx)
         refresh = alpha < 1.0 or size > 0.5 * previous       # chord steps that stopped converging fast
         previous = alpha * size
         if refresh or t_trial is None:
@@ -217,10 +226,10 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
         else:
             t = t_trial
         if refresh:
-            L, fresh = factorize(ctx, q, t.hess), True
+            (L, ctx), fresh = factorize(ctx, q, t.hess), True
         else:
             fresh = False
-    return q, False
+    return Solved(q, False, ctx)
 
 
 def _start(ctx: StepContext, q):
@@ -262,7 +271,9 @@ def total_energy(q, ctx: StepContext):
     sample = sample_damping(q, ctx)
     if sample is not None:
         e = e + sample[0]
-    for term in NONLINEAR_TERMS[1:]:   # the elastic term has a cheaper energy-only path (above)
+    for term in NONLINEAR_TERMS:
+        if term is elastic_term:      # its energy has a cheaper path of its own (above)
+            continue
         t = term(q, ctx, need_hess=False)
         if t is not None:
             e = e + t.energy
@@ -281,18 +292,19 @@ def quadratic_part(ctx: StepContext):
 
 
 def factorize(ctx: StepContext, q, H):
-    """Cholesky factor of Newton's matrix H at q. Where the exact elastic Hessian makes it
-    indefinite, each sample's Hessian is projected instead (for the rest of the step); a matrix
-    that is still singular gets a small ridge."""
+    """(Cholesky factor of Newton's matrix H at q, the context Newton goes on with). Where the
+    exact elastic Hessian makes H indefinite, each sample's Hessian is projected instead: the
+    context handed back has `exact_hessian` off, and Newton keeps it for the rest of the step.
+    A matrix that is still singular gets a small ridge."""
     L, info = torch.linalg.cholesky_ex(H)
     if int(info) != 0 and ctx.exact_hessian:
-        ctx.exact_hessian = False
+        ctx = replace(ctx, exact_hessian=False)
         H = total(q, ctx).hess
         L, info = torch.linalg.cholesky_ex(H)
     if int(info) != 0:
         eye = torch.eye(len(q), dtype=H.dtype, device=H.device)
         L, _ = torch.linalg.cholesky_ex(H + 1e-8 * torch.diagonal(H).abs().mean() * eye)
-    return L
+    return L, ctx
 
 
 def solve(H, g):
