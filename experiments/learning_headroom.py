@@ -6,7 +6,7 @@
 The bundled model (its classical prior) on the scenes `make eval-small` keeps, against their
 reference frames, changed one way at a time:
 - `--correction "m1,m2;..."`: the density's correction with constant weights (m1, m2) on its
-  two terms (`materials.solid_correction_terms` / `cloth_correction_terms`), at most
+  two terms (`strain_energy.solid_correction_terms` / `cloth_correction_terms`), at most
   +-CORRECTION_BOUND: what a density correction the same everywhere would do. A trained one
   varies with the invariants and the material, but if no constant weights help, training has
   little to find there;
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     from engine.core.errors import SimulationFault
     from engine.core.scene import MATERIAL_PRESETS, setup_from_scene
     from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
-    from engine.learned.materials import CORRECTION_BOUND
+    from engine.learned.strain_energy import CORRECTION_BOUND
     from engine.evaluation.prior_vs_trained import describe, measures, kept_scenes
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", default="eval_out/small/scenes")

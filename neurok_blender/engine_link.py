@@ -23,7 +23,7 @@ if VENDORED:
     from .engine.core import fields as efields
     from .engine.core import formats, scene
     from .engine.core.errors import Cancelled, NeurokError, SimulationFault
-    from .engine.core.setup import cloth_detail_note
+    from .engine.core.setup import cloth_detail_note, profile_value
 else:  # development checkout: the repo root holds `engine/` next to `neurok_blender/`
     if importlib.util.find_spec("engine") is None:
         sys.path.insert(0, str(_HERE.parent))
@@ -31,7 +31,7 @@ else:  # development checkout: the repo root holds `engine/` next to `neurok_ble
     from engine.core import fields as efields
     from engine.core import formats, scene
     from engine.core.errors import Cancelled, NeurokError, SimulationFault
-    from engine.core.setup import cloth_detail_note
+    from engine.core.setup import cloth_detail_note, profile_value
 
 
 def missing_module_sentence(error: ImportError, what: str = "The NeuROK engine cannot run") -> str:
@@ -56,7 +56,7 @@ SAMPLES_DIR = ASSETS_DIR / "samples"
 
 __all__ = ["ASSETS_DIR", "Cancelled", "ENGINE_PROBLEM", "ecolliders", "efields", "NeurokError", "SAMPLES_DIR",
            "SimulationFault", "api", "bundled_model", "formats", "learned_engine_status", "missing_module_sentence",
-           "scene"]
+           "profile_value", "scene"]
 
 
 def bundled_model() -> Path | None:

@@ -16,8 +16,9 @@ from hypothesis.extra import numpy as hnp
 from engine.core.formats import (PC2_MAGIC, SCENE_FORMAT, SEQUENCE_FORMAT, FormatError, Mesh, Sequence,
                                  atomic_write_bytes, read_mesh, read_pc2, read_sequence, sequence_from_arrays,
                                  write_obj, write_pc2, write_sequence)
-from engine.core.scene import (MATERIAL_PRESETS, PROFILE_TYPES, Setup, read_scene, setup_from_scene,
-                               setup_from_sequence, validate_scene, write_scene)
+from engine.core.scene import (MATERIAL_PRESETS, PROFILE_TYPES, read_scene, setup_from_scene, setup_from_sequence,
+                               validate_scene, write_scene)
+from engine.core.setup import Setup
 
 REQUIRED = ("format", "rest", "faces", "positions", "dt", "gravity", "material")
 OPTIONAL = ("external_accel", "velocity0", "pin_weight", "pin_target", "vertex_mass")

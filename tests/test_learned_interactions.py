@@ -1,4 +1,4 @@
-"""The learned engine feels colliders and force fields (engine/learned/interactions.py, issue 13):
+"""The learned engine feels colliders and force fields (engine/learned/latent_world_forces.py, issue 13):
 
 - a soft body dropped onto a static collider box (a mesh, not the floor plane) rests on it, and
   falls through where there is no collider;

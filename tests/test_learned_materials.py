@@ -16,7 +16,7 @@ from engine.core.formats import Mesh
 from engine.core.scene import known_presets, resolve_material, setup_from_scene
 from engine.learned.checkpoint import default_model_path, load_checkpoint, read_payload, save_checkpoint
 from engine.learned.latent_scene import LatentScene
-from engine.learned.materials import DTYPE, PRESET_PARAMETERS, StrainEnergy, lame
+from engine.learned.strain_energy import DTYPE, PRESET_PARAMETERS, StrainEnergy, lame
 from engine.learned.model import NeurokModel
 from engine.reference.simulator import ReferenceSimulator
 from engine.reference.solid import StableNeoHookean

@@ -25,7 +25,7 @@ from engine.core.scene import SCENE_FORMAT, setup_from_scene
 from engine.learned.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from engine.learned.integrators import StepContext, total, total_energy
 from engine.learned.latent_scene import LatentScene
-from engine.learned.materials import DTYPE
+from engine.learned.strain_energy import DTYPE
 from engine.learned.model import NeurokModel
 from engine.learned.runtime import NeurokEngine, NeurokRun
 from engine.learned.terms import elastic, elastic_energy

@@ -1,4 +1,4 @@
-"""The reference simulator feels colliders and force fields (engine/reference/interactions.py, issue 13):
+"""The reference simulator feels colliders and force fields (engine/reference/world_forces.py, issue 13):
 
 - a soft ball dropped onto a static collider box (a mesh, no floor plane) rests on its thickness
   shell, and falls through where there is no collider;
@@ -20,7 +20,7 @@ from engine.core.colliders import Collider
 from engine.core.fields import Effector
 from engine.core.formats import Mesh
 from engine.core.scene import setup_from_scene
-from engine.reference.interactions import collider_terms, friction_contacts, friction_terms
+from engine.reference.world_forces import collider_terms, friction_contacts, friction_terms
 from engine.reference.simulator import ReferenceSimulator
 from engine.training.shapes import _geodesic_sphere
 

@@ -218,7 +218,7 @@ def test_the_compression_closure_softens_only_compressed_cloth_and_learns_from_s
     stiffness a compressed cloth edge keeps. A stretched edge (a hanging sheet) costs what it did;
     a compressed one costs that share; sheet data reaches the cloth entry only; a learned material
     keeps the membrane it was learned with."""
-    from engine.learned.materials import COMPRESSION_BOUND, StrainEnergy
+    from engine.learned.strain_energy import COMPRESSION_BOUND, StrainEnergy
     from engine.learned.model import ModelConfig
     from engine.training.train import trainable_parameters
     energy = StrainEnergy().requires_grad_(False)                      # as a bake runs it

@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import Cancelled, SimulationFault
 from .guard import Guard, ImplausibleFrame
-from .scene import Setup
+from .setup import Setup
 
 GUARD_RETRY_FACTORS = (4, 16)   # a frame the guard rejects is recomputed with 4x, then 16x the substeps
 

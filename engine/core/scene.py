@@ -20,11 +20,11 @@ from .colliders import Collider, collider_from_dict
 from .errors import FormatError, NeurokError
 from .fields import total_accel, vertex_normals
 from .formats import SCENE_FORMAT, Mesh, Sequence, atomic_write_text, brief
-from .material import MOONEY_RIVLIN, NEO_HOOKEAN, Material
+from .material_params import MOONEY_RIVLIN, NEO_HOOKEAN, Material
 from .physics import FLOOR_FRICTION
-from .setup import DETAILS, Setup, profile_value  # noqa: F401  (profile_value: re-exported for the engines)
+from .setup import DETAILS, Setup
 
-# Material presets, in the units of `Material` (engine/core/material.py).
+# Material presets, in the units of `Material` (engine/core/material_params.py).
 MATERIAL_PRESETS = {
     "jelly":   {"kind": "solid", "stiffness": 3.0e3, "density": 1050.0, "poisson": 0.45, "damping": 0.01, "air_damping": 0.1},
     "rubber":  {"kind": "solid", "stiffness": 1.0e5, "density": 1100.0, "poisson": 0.45, "damping": 0.002, "air_damping": 0.1},

@@ -15,7 +15,7 @@ from .colliders import Collider
 from .errors import FormatError
 from .fields import Effector
 from .formats import Sequence
-from .material import Material
+from .material_params import Material
 from .physics import FLOOR_FRICTION
 
 

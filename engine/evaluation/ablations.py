@@ -23,7 +23,7 @@ from ..training.generate import load_index
 from .metrics import evaluate, pick_entries
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-FROM_SCRATCH_NOT_RUN = ("model v2's density always contains the classical neo-Hookean / membrane part (materials.py "
+FROM_SCRATCH_NOT_RUN = ("model v2's density always contains the classical neo-Hookean / membrane part (strain_energy.py "
                         "has no switch to drop it), and an all-learned density starts at zero energy, so it needs its own "
                         "training run before it can be measured")
 

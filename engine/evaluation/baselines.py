@@ -48,7 +48,7 @@ from ..core.physics import pin_omega2
 # the latent-MLP baseline steps in the learned model's own latent space, so it reads that model's
 # internals (the one part of the evaluation that does: model v2's `LatentScene`)
 from ..learned.checkpoint import load_checkpoint, read_payload
-from ..learned.materials import BASE_FEATURES, DTYPE
+from ..learned.strain_energy import BASE_FEATURES, DTYPE
 
 
 def mlp(sizes):

@@ -11,7 +11,7 @@ import torch
 
 from .integrators import solve
 from .latent_scene import LatentScene
-from .materials import DTYPE
+from .strain_energy import DTYPE
 from .terms import elastic, elastic_energy
 
 

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import torch
 
 from ..core.friction import changed
-from . import interactions
+from . import latent_world_forces
 from .latent_scene import LatentScene
 from .terms import (NONLINEAR_TERMS, QUADRATIC_TERMS, Damping, SlipContacts, Terms, damping_per_sample, elastic_energy,
                     elastic_term, rayleigh, sample_damping, slip_at, slip_contacts)
@@ -123,7 +123,7 @@ class StepContext:
     node_heights: torch.Tensor | None = None   # the nodes' heights at q_n (floor contact: `LatentScene.floor_points`)
     exact_hessian: bool = True   # the exact elastic Hessian (Newton goes on in a copy with it off where
                                  # that leaves its matrix indefinite: `factorize`)
-    frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: interactions.py)
+    frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: latent_world_forces.py)
     fast_hessian: bool = False   # assemble the elastic Hessian in float32 (Newton's matrix only; energy and gradient stay float64)
     quadratic: tuple | None = None   # (energy, gradient, Hessian) of the quadratic terms at q = 0 (`quadratic_part`)
     start_hessian: torch.Tensor | None = None   # the exact elastic Hessian at q_n, Newton's first matrix (small subspaces
@@ -147,7 +147,7 @@ class StepContext:
         K_n = None if damping_per_sample(scene) else scene.elastic(at, True, False, fast)[2]
         damping = rayleigh(scene, at, fast, hessian=K_n)
         prev = scene.contact_rest + torch.einsum("kid,d->ki", scene.contact_V, q_n)
-        force = scene.forcing(frame) + interactions.field_force(scene, frame, q_n, qd_n)  # fields on the deformed surface
+        force = scene.forcing(frame) + latent_world_forces.field_force(scene, frame, q_n, qd_n)  # fields on the deformed surface
         heights = scene.node_heights(q_n.detach()) if scene.has_floor else None
         return cls(scene, h, q_n, qd_n, force, scene.pin_b(frame + 1), damping, prev, frame=frame,
                    node_heights=heights, fast_hessian=fast, start_hessian=None if K_n is None else K_n.detach(),

@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from ..core.physics import FLOOR_OMEGA2, pin_stiffness
-from ..core.scene import Setup, profile_value
-from . import interactions
-from .materials import DTYPE, determinant
+from ..core.setup import Setup, profile_value
+from . import latent_world_forces
+from .strain_energy import DTYPE, determinant
 from .subspace import Resolution, Subspace, cached_subspace, cloth_local_map, held_pins, resolution, solid_local_map
 
 
@@ -75,9 +75,9 @@ class LatentScene:
                             for w, a, profile in setup.force_terms]
         self._pins()
         self._floor()
-        self.latent_colliders = interactions.normalised_colliders(setup.colliders, sub.norm)
+        self.latent_colliders = latent_world_forces.normalised_colliders(setup.colliders, sub.norm)
         self.collider_k = FLOOR_OMEGA2                          # a collider pushes out as the floor does
-        self.fields = interactions.field_samples(self)          # where force fields are felt (None: no effectors)
+        self.fields = latent_world_forces.field_samples(self)   # where force fields are felt (None: no effectors)
         self._encoder()
         self.q0 = self.encode(sub.norm.forward(setup.x0))
         self.qd0 = self.encode_velocity(setup.v0 / self.scale)

@@ -1,7 +1,7 @@
 """The NeuROK model, v2: a skinning subspace per mesh and a learned strain energy density.
 
     latent q  --(skinning subspace of the mesh, `subspace.py`)-->  vertex positions
-    V(q) = stiffness * sum_k c_k psi_theta(invariants of F_k(q); material)  (`materials.py`)
+    V(q) = stiffness * sum_k c_k psi_theta(invariants of F_k(q); material)  (`strain_energy.py`)
          + exact gravity, painted forces, pins, floor                          (`terms.py`)
 
 What is learned: the skinning weights (`WeightField`, a neural field over the mesh's Laplacian
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .materials import DTYPE, StrainEnergy
+from .strain_energy import DTYPE, StrainEnergy
 
 
 @dataclass

@@ -17,12 +17,12 @@ except ImportError:  # pragma: no cover
 
 from ..core.errors import SimulationFault
 from ..core.run import Engine, Run
-from ..core.scene import Setup
+from ..core.setup import Setup
 from .checkpoint import load_checkpoint
 from .ik import solve_ik
 from .integrators import NEWTON_ITERATIONS, matched_theta, step as integrator_step
 from .latent_scene import LatentScene
-from .materials import DTYPE
+from .strain_energy import DTYPE
 from .ood import ood_report
 from .sheet_layer import SheetLayer, layer_wanted
 from .terms import elastic

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from ..core.friction import FRICTION_SLIP_SPEED, collider_contacts, floor_contacts, smoothed_slide
-from . import interactions
+from . import latent_world_forces
 from .latent_scene import LatentScene
-from .materials import DTYPE, with_gradient_of
+from .strain_energy import DTYPE, with_gradient_of
 
 
 @dataclass
@@ -107,10 +107,10 @@ def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
 
 
 def collider_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
-    """Penalty and friction against `setup.colliders` at the contact samples: `interactions.collider_contact`."""
+    """Penalty and friction against `setup.colliders` at the contact samples: `latent_world_forces.collider_contact`."""
     if not ctx.scene.latent_colliders:
         return None
-    return Terms(*interactions.collider_contact(q, ctx, need_hess))
+    return Terms(*latent_world_forces.collider_contact(q, ctx, need_hess))
 
 
 def friction(q, ctx: StepContext, need_hess=True) -> Terms | None:

@@ -10,10 +10,10 @@ Time stepping is backward Euler written as minimisation of the incremental poten
 solved by Newton with a backtracking line search; D = alpha M + beta K is Rayleigh damping.
 V holds elasticity, gravity, painted accelerations, pins (pins.py), self-contact of a solid's lattice
 (self_contact.py), a floor and collision objects
-(penalty with tangential friction; interactions.py), acting on mesh vertices and pulled back to the
+(penalty with tangential friction; world_forces.py), acting on mesh vertices and pulled back to the
 degrees of freedom through the interpolation matrix W (identity for cloth). Force fields
 (`setup.effectors`) are evaluated on the deformed surface at the start of every substep
-(interactions.py).
+(world_forces.py).
 """
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ from ..core.errors import Cancelled, SimulationFault
 from ..core.geometry import lumped_vertex_areas
 from ..core.friction import changed
 from ..core.physics import FLOOR_OMEGA2
-from ..core.scene import Setup
+from ..core.setup import Setup
 from .budget import (BUDGET_RETRY_FACTOR, DEFAULT_BUDGET, RETRY_NEWTON_ITERATIONS, OutOfWork, SubstepWork, Work,
                      WorkBudgetExceeded, halvings, setup_load)
 from .cloth import ClothModel
-from .interactions import collider_terms, external_accel, friction_contacts, friction_terms
+from .world_forces import collider_terms, external_accel, friction_contacts, friction_terms
 from .lattice import DEFAULT_LATTICE_CELLS, Lattice
 from .pins import Pins, pinned_box
 from .self_contact import LatticeSelfContact

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.formats import NeurokError, atomic_write_text, read_sequence, write_sequence
-from ..core.material import Material
+from ..core.material_params import Material
 from ..core.progress import ProgressBar
 from ..core.scene import resolve_material, setup_from_scene
 from ..core.setup import Setup

@@ -4,7 +4,7 @@ Two stages share the budget:
 1. subspace (first 20%): the skinning-weight field (`model.WeightField`) is fitted so that the
    observed frames project onto each mesh's subspace with the least mass-weighted error;
 2. dynamics (the rest): the strain energy density's invariant-based correction
-   (`learned/materials.py`; the classical Lame and bending scales stay at 1, see
+   (`learned/strain_energy.py`; the classical Lame and bending scales stay at 1, see
    `trainable_parameters`) is trained from trajectories, by
    batches of short rollouts through the implicit step (gradient by the implicit-function
    trick, `integrators.differentiable_step`), compared with the encoded true frames, starting
@@ -32,13 +32,13 @@ import torch
 
 from ..core.errors import NeurokError, SimulationFault
 from ..core.formats import read_sequence
-from ..core.material import Material
+from ..core.material_params import Material
 from ..core.progress import ProgressBar
 from ..core.scene import MATERIAL_PRESETS, register_learned_presets, resolve_material, setup_from_sequence
 from ..learned.checkpoint import default_model_path, load_state, model_for_payload, read_payload, save_checkpoint
 from ..learned.integrators import differentiable_step
 from ..learned.latent_scene import LatentScene
-from ..learned.materials import DTYPE, PRESET_PARAMETERS
+from ..learned.strain_energy import DTYPE, PRESET_PARAMETERS
 from ..learned.model import ModelConfig, NeurokModel
 from ..learned.runtime import SUBSTEP, NeurokRun
 from ..learned.subspace import handle_jacobian
@@ -188,7 +188,7 @@ def train(data, out, init=None, steps=None, minutes=None, seed=0, quiet=False, l
     (a jelly ball at rest on the floor slid 78 mm in 3 s) and lost to the plain eigenfunctions on
     4 of the 6 held-out scenes (docs/MODEL_CARD.md).
 
-    `material`: learn only that material preset (its few numbers, `materials.PRESET_PARAMETERS`)
+    `material`: learn only that material preset (its few numbers, `strain_energy.PRESET_PARAMETERS`)
     from the data, everything else of `init` (the bundled checkpoint if None) kept as it is. A new
     name starts from the data's own median material; an existing learned one is refined. `learn`:
     which of its numbers (`MATERIAL_NUMBERS`) are learned, the others held (all if None): a material
@@ -315,7 +315,7 @@ def trainable_parameters(model, fit_weights=False, closures=DEFAULT_CLOSURES) ->
     Lame and bending scales are held at 1 (their learned layer at zero), so stiffness in Pa still
     means Pa after training (issue 24: 30 minutes of training had made every solid 5x softer
     than its slider). The correction enters the loss to first order from its start at zero
-    (`materials.StrainEnergy`), so it needs no random start."""
+    (`strain_energy.StrainEnergy`), so it needs no random start."""
     unknown = set(closures) - set(CLOSURES)
     if unknown:
         raise NeurokError(f"--closures: unknown closure '{sorted(unknown)[0]}' (one of {', '.join(CLOSURES)})")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..animation import find_fcurve
-from ..engine_link import scene as escene
+from ..engine_link import profile_value
 from ..objects import UserError
 
 AXES = {'POS_X': (0, 1.0), 'POS_Y': (1, 1.0), 'POS_Z': (2, 1.0), 'NEG_X': (0, -1.0), 'NEG_Y': (1, -1.0), 'NEG_Z': (2, -1.0)}
@@ -52,7 +52,7 @@ def gather_forces(obj, forces, body, start: int, frames: int, dt: float, notes: 
         return terms, None
     table = np.zeros((frames, len(body.rest), 3))
     for profile, w, per_frame_dir in table_parts:
-        mult = np.array([escene.profile_value(profile, t, dt) for t in range(frames)])
+        mult = np.array([profile_value(profile, t, dt) for t in range(frames)])
         table += mult[:, None, None] * w[None, :, None] * per_frame_dir[:, None, :]
     return terms, table
 

@@ -1,7 +1,7 @@
 """The reference simulator's interactions with the world around its body: collision objects and
 force fields (Blender's Collision physics and effectors; `engine.core.colliders`,
 `engine.core.fields`, issue 13). The learned engine's counterpart is
-`engine/learned/interactions.py`; both apply the same laws with the same constants.
+`engine/learned/latent_world_forces.py`; both apply the same laws with the same constants.
 
 Colliders -- `collider_terms(...)`, one more term of the incremental potential, modelled on the
 floor (`ReferenceSimulator._floor_terms`): every point (mesh vertex) closer to a collider's

@@ -38,7 +38,7 @@ import torch
 
 from ..core.colliders import Collider, point_motion, shell_contacts
 from ..core.fields import total_accel
-from .materials import DTYPE
+from .strain_energy import DTYPE
 
 
 # --------------------------------------------------------------------------- colliders

@@ -48,7 +48,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core.material import MOONEY_RIVLIN, Material, lame  # noqa: F401  (lame: re-exported, the energy's Lame parameters)
+from ..core.material_params import MOONEY_RIVLIN, Material, lame  # noqa: F401  (lame: re-exported, the energy's Lame parameters)
 
 DTYPE = torch.float64
 CORRECTION_WIDTH = 32
