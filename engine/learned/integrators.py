@@ -111,7 +111,10 @@ def differentiable_step(scene, frame, q_n, qd_n, h):
 
 @dataclass
 class StepContext:
-    """The inputs of one step, built in one place (`StepContext.build`)."""
+    """The inputs of one step, built in one place (`StepContext.build`). Nothing changes one once
+    built but the memo of its quadratic terms (`quadratic_part`): where Newton goes on with other
+    inputs (projected samples, `factorize`; friction taken again, `minimize_with_friction`), it
+    goes on in a copy."""
     scene: LatentScene
     h: float
     q_n: torch.Tensor

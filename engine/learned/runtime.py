@@ -81,7 +81,7 @@ def handle_blend(sub):
 @dataclass(frozen=True)
 class RunConfig:
     """How a learned run steps, decided once when it is prepared (`run_config`)."""
-    scheme: str          # the latent step's integrator: "theta" (a solid's matched scheme), "backward_euler", "implicit_midpoint"
+    scheme: str          # the latent step: "theta" (a solid's matched scheme), "backward_euler", "implicit_midpoint"
     substeps: int        # latent steps per frame
     sheet_layer: bool    # a sheet's full-space layer corrects each latent step (`sheet_layer.py`)
     # the learned closures act (`LatentScene.closures`). They make up for a locked sheet's latent
@@ -134,9 +134,9 @@ class NeurokRun(Run):
         t0 = time.perf_counter()
         kind = setup.material.kind if subspace is None else subspace.kind
         self.config = run_config(setup, kind, integrator, sheet_layer)
-        with torch.no_grad(), single_threaded():   # one thread here too: the fit's many mid-sized
-            self.scene = LatentScene(model, setup, subspace=subspace, device=device,   # products ran 9x slower
-                                     closures=self.config.closures)                     # on 2 busy cores
+        # one thread here too: the fit's many mid-sized products ran 9x slower on 2 busy cores
+        with torch.no_grad(), single_threaded():
+            self.scene = LatentScene(model, setup, subspace=subspace, device=device, closures=self.config.closures)
         self.model, self.integrator = model, integrator
         # decoding goes through the nodes: q -> node displacements (n x d) -> vertices by the
         # sparse interpolation W (8 nodes per vertex for solids), O(N) instead of O(N d); in
