@@ -197,39 +197,32 @@ def explained(model, records):
 # --------------------------------------------------------------------------- runs
 
 def solver(log=None, before=None, timer=None):
-    """`sheet_layer.quasi_newton` as it is, with two additions: `before(x, grad)` (at the start,
-    with the potential's gradient there) may return another start, whose potential is then
-    evaluated (`timer`, a list of one float, sums the seconds of both); `log` gets (the energy after
-    each iteration, |grad| at the end) per call (for the convergence measures; costs nothing)."""
-    from engine.learned.sheet_layer import _line_search, _two_loop
+    """`sheet_layer.quasi_newton` itself, with two additions: `before(x, grad)` (at the start, with
+    the potential's gradient there) may return another start, whose potential is then evaluated
+    (`timer`, a list of one float, sums the seconds of that); `log` gets (the energy after each
+    iteration, |grad| at the end) per call, from the solver's own trace (for the convergence measures;
+    costs nothing)."""
+    from engine.learned.sheet_layer import quasi_newton as shipped
 
     def quasi_newton(potential, x, precondition, iterations, memory, history):
-        energy, grad = potential(x)
+        first = potential(x)
         if before is not None:
             t = time.perf_counter()
-            start = before(x, grad)
+            start = before(x, first[1])
             if start is not None:
-                x = start
-                energy, grad = potential(x)
+                x, first = start, potential(start)
             if timer is not None:
                 timer[0] += time.perf_counter() - t
-        energies = [energy]
-        for _ in range(iterations):
-            step = -_two_loop(grad, history, precondition)
-            if float(np.vdot(grad, step)) >= 0:
-                step = -precondition(grad)
-            x1, e1, g1, moved = _line_search(potential, x, energy, grad, step)
-            if not moved:
-                break
-            s, y = x1 - x, g1 - grad
-            sy = float(np.vdot(s, y))
-            if sy > 1e-300:
-                history.append((s, y, 1.0 / sy))
-                del history[:-memory]
-            x, energy, grad = x1, e1, g1
-            energies.append(energy)
+        given = {"x": x, "value": first}
+
+        def evaluated_once(y):                  # the start's potential is not evaluated twice
+            if given and y is given["x"]:
+                return given.pop("value")
+            return potential(y)
+        trace = [] if log is not None else None
+        x = shipped(evaluated_once, x, precondition, iterations, memory, history, trace)
         if log is not None:
-            log.append((energies, float(np.linalg.norm(grad))))
+            log.append(([energy for energy, _ in trace], float(np.linalg.norm(trace[-1][1]))))
         return x
     return quasi_newton
 

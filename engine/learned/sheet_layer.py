@@ -248,12 +248,15 @@ def _line_search(potential, x, energy, grad, step):
         t *= 0.5
 
 
-def quasi_newton(potential, x, precondition, iterations, memory, history):
+def quasi_newton(potential, x, precondition, iterations, memory, history, trace=None):
     """Minimise `potential` (x -> energy, gradient) from x by `iterations` L-BFGS steps whose first
     inverse Hessian is `precondition`. Every accepted step's curvature pair (s, y) joins `history`
     (a list, extended in place, its last `memory` kept). A step the line search cannot shorten into
-    a decrease ends the iterations: from the same x and history the next would be the same."""
+    a decrease ends the iterations: from the same x and history the next would be the same.
+    `trace` (a list, for measurements) gets (energy, gradient) at the start and after each step."""
     energy, grad = potential(x)
+    if trace is not None:
+        trace.append((energy, grad))
     for _ in range(iterations):
         step = -_two_loop(grad, history, precondition)
         if float(np.vdot(grad, step)) >= 0:
@@ -267,6 +270,8 @@ def quasi_newton(potential, x, precondition, iterations, memory, history):
             history.append((s, y, 1.0 / sy))
             del history[:-memory]
         x, energy, grad = x1, e1, g1
+        if trace is not None:
+            trace.append((energy, grad))
     return x
 
 
