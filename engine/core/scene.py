@@ -22,6 +22,7 @@ from .fields import total_accel, vertex_normals
 from .formats import SCENE_FORMAT, Mesh, Sequence, atomic_write_text, brief
 from .material_params import MOONEY_RIVLIN, NEO_HOOKEAN, Material
 from .physics import FLOOR_FRICTION
+from .self_contact import DEFAULT_SELF_DISTANCE
 from .setup import DETAILS, Setup
 
 # Material presets, in the units of `Material` (engine/core/material_params.py).
@@ -260,7 +261,22 @@ def validate_scene(scene, where: str = "scene") -> dict:
     if not isinstance(initial, dict):
         raise FormatError(f"{where}: 'initial' must be an object")
     initial["velocity"] = _vec3(f"{where}: initial.velocity", initial.get("velocity", [0.0, 0.0, 0.0]))
+    if "self_collision" in out:         # only when given: a scene without it keeps its digest
+        distance = self_collision_distance(out["self_collision"], where)
+        out["self_collision"] = None if distance is None else {"distance": distance}
     return out
+
+
+def self_collision_distance(value, where: str) -> float | None:
+    """The scene key "self_collision" (a cloth's self-contact): true (Blender's default distance),
+    {"distance": metres}, or false / null (off) -> the thickness in metres, or None."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return DEFAULT_SELF_DISTANCE
+    if not isinstance(value, dict) or set(value) != {"distance"}:
+        raise FormatError(f"{where}: 'self_collision' must be true, false or {{'distance': metres}}, got {brief(value)}")
+    return _number(f"{where}: self_collision.distance", value["distance"], positive=True)
 
 
 def validate_collider(col, where: str) -> None:
@@ -369,14 +385,14 @@ def setup_from_scene(mesh: Mesh, scene: dict, vertex_groups: dict | None = None,
                              floor_friction=FLOOR_FRICTION if floor is None else floor["friction"], velocity=scene["initial"]["velocity"],
                              colliders=[collider_from_dict(c) for c in scene["colliders"]],
                              meta={"scene": scene.get("meta", {})}, mesh_warnings=warnings, where=where,
-                             detail=scene["detail"])
+                             detail=scene["detail"], self_collision=self_collision_distance(scene.get("self_collision"), where))
 
 
 def setup_from_arrays(mesh: Mesh, *, frames: int, dt: float, gravity, material: dict, pin_weight=None,
                       pin_targets=None, force_terms=(), accel_table=None, floor_z: float | None = None,
                       floor_friction: float = FLOOR_FRICTION,
                       velocity=(0.0, 0.0, 0.0), colliders=(), effectors=(), detail: str = "medium",
-                      meta: dict | None = None, mesh_warnings: list | None = None, where: str = "setup") -> Setup:
+                      self_collision: float | None = None, meta: dict | None = None, mesh_warnings: list | None = None, where: str = "setup") -> Setup:
     """A Setup from per-vertex arrays (world space, metres and seconds); the material is filled from
     its preset and checked, shapes checked, and the mesh checked unless its `mesh_warnings` are
     given (they go to `meta["warnings"]`)."""
@@ -399,7 +415,9 @@ def setup_from_arrays(mesh: Mesh, *, frames: int, dt: float, gravity, material: 
                  floor_z=None if floor_z is None else _number(f"{where}: floor z", floor_z),
                  floor_friction=_number(f"{where}: floor friction", floor_friction, non_negative=True),
                  meta=dict(meta or {}, warnings=warnings), colliders=list(colliders), effectors=list(effectors),
-                 detail=check_detail(detail, where)))
+                 detail=check_detail(detail, where),
+                 self_collision=None if self_collision is None else _number(f"{where}: self_collision", self_collision,
+                                                                            positive=True)))
 
 
 def with_notes(setup: Setup) -> Setup:

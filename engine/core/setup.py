@@ -86,6 +86,8 @@ class Setup:
     effectors: list[Effector] = field(default_factory=list)
     # the learned engine's level of detail: how many handles its subspace gets (`DETAILS`)
     detail: str = "medium"
+    # a cloth's self-collision thickness in metres (scene key "self_collision"); None: off
+    self_collision: float | None = None
 
     @property
     def num_vertices(self) -> int:

@@ -33,6 +33,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.spatial import cKDTree
 
+from ..core.self_contact import edge_edge, in_sorted, pair_distance, point_triangle  # noqa: F401 (tests)
+
 D_HAT = 0.25            # contact band, in half-cell sizes
 EXCLUDE = 0.9           # pairs nearer than this many half-cell sizes at rest are never checked
 KEEP = 0.5              # a step closes at most this share of a pair's gap (or of d_hat)
@@ -84,48 +86,6 @@ def boundary_triangles(lattice):
             tris.append(q[:, [0, 1, 2]])
             tris.append(q[:, [0, 2, 3]])
     return np.concatenate(tris)
-
-
-def point_triangle(p, a, b, c):
-    """Distance from points p to triangles (a, b, c) [K,3] each, and the weights [K,4] of
-    (p, a, b, c) whose sum is the vector from the closest point to p."""
-    ab, ac, ap = b - a, c - a, p - a
-    d00, d01, d11 = (ab * ab).sum(1), (ab * ac).sum(1), (ac * ac).sum(1)
-    d20, d21 = (ap * ab).sum(1), (ap * ac).sum(1)
-    denom = np.maximum(d00 * d11 - d01 ** 2, 1e-30)
-    v = (d11 * d20 - d01 * d21) / denom
-    w = (d00 * d21 - d01 * d20) / denom
-    bary = np.stack([1.0 - v - w, v, w], axis=1)
-    inside = (bary >= 0).all(axis=1)
-    best = np.where(inside, np.linalg.norm(p - (bary[:, :1] * a + bary[:, 1:2] * b + bary[:, 2:] * c), axis=1),
-                    np.inf)
-    verts = (a, b, c)
-    for i, j in ((0, 1), (1, 2), (2, 0)):
-        e = verts[j] - verts[i]
-        t = np.clip(((p - verts[i]) * e).sum(1) / np.maximum((e * e).sum(1), 1e-30), 0.0, 1.0)
-        d = np.linalg.norm(p - verts[i] - t[:, None] * e, axis=1)
-        better = ~inside & (d < best)
-        edge_bary = np.zeros_like(bary)
-        edge_bary[:, i], edge_bary[:, j] = 1.0 - t, t
-        bary = np.where(better[:, None], edge_bary, bary)
-        best = np.where(better, d, best)
-    return best, np.concatenate([np.ones((len(p), 1)), -bary], axis=1)
-
-
-def edge_edge(p0, p1, q0, q1):
-    """Distance between segments p0p1 and q0q1 [K,3] each, and the weights [K,4] of
-    (p0, p1, q0, q1) whose sum is the vector between the closest points."""
-    d1, d2, r = p1 - p0, q1 - q0, p0 - q0
-    a, e = np.maximum((d1 * d1).sum(1), 1e-30), np.maximum((d2 * d2).sum(1), 1e-30)
-    b, c, f = (d1 * d2).sum(1), (d1 * r).sum(1), (d2 * r).sum(1)
-    denom = a * e - b * b
-    s = np.where(denom > 1e-12 * a * e, np.clip((b * f - c * e) / np.maximum(denom, 1e-30), 0.0, 1.0), 0.0)
-    t = (b * s + f) / e
-    s = np.where(t < 0, np.clip(-c / a, 0.0, 1.0), np.where(t > 1, np.clip((b - c) / a, 0.0, 1.0), s))
-    t = np.clip(t, 0.0, 1.0)
-    weights = np.stack([1.0 - s, s, -(1.0 - t), -t], axis=1)
-    diff = weights[:, :1] * p0 + weights[:, 1:2] * p1 + weights[:, 2:3] * q0 + weights[:, 3:] * q1
-    return np.linalg.norm(diff, axis=1), weights
 
 
 class LatticeSelfContact:
@@ -200,8 +160,8 @@ class LatticeSelfContact:
     def _candidates(self, y, radius, motion=None):
         """The pairs of `_search` that are checked at all (not excluded at rest)."""
         pt, ee = self._search(y, radius, motion)
-        pt = pt[~_member(pt @ [len(self.tris), 1], self.excluded[0])]
-        ee = ee[~_member(ee @ [len(self.edges), 1], self.excluded[1])]
+        pt = pt[~in_sorted(pt @ [len(self.tris), 1], self.excluded[0])]
+        ee = ee[~in_sorted(ee @ [len(self.edges), 1], self.excluded[1])]
         return self._pair_nodes(pt, ee)
 
     def distance(self, y, nodes, is_pt):
@@ -209,12 +169,12 @@ class LatticeSelfContact:
         vector between its closest points."""
         self.pairs_checked += len(nodes)
         if len(nodes) <= CHUNK:
-            return _distance(y, nodes, is_pt)
+            return pair_distance(y, nodes, is_pt)
         parts = []
         for k in range(0, len(nodes), CHUNK):
             if self.between_chunks is not None:
                 self.between_chunks()
-            parts.append(_distance(y, nodes[k:k + CHUNK], is_pt[k:k + CHUNK]))
+            parts.append(pair_distance(y, nodes[k:k + CHUNK], is_pt[k:k + CHUNK]))
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def terms(self, y, need_hess=True):
@@ -272,22 +232,3 @@ class LatticeSelfContact:
         if not risky.any():
             return 1.0
         return float(min(1.0, (KEEP * np.minimum(d[risky], self.d_hat) / rel[risky]).min()))
-
-
-def _member(keys, sorted_keys):
-    """Mask of `keys` found in `sorted_keys`."""
-    if len(sorted_keys) == 0:
-        return np.zeros(len(keys), bool)
-    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return sorted_keys[at] == keys
-
-
-def _distance(y, nodes, is_pt):
-    d = np.empty(len(nodes))
-    w = np.empty((len(nodes), 4))
-    x = y[nodes]
-    if is_pt.any():
-        d[is_pt], w[is_pt] = point_triangle(*(x[is_pt, k] for k in range(4)))
-    if (~is_pt).any():
-        d[~is_pt], w[~is_pt] = edge_edge(*(x[~is_pt, k] for k in range(4)))
-    return d, w

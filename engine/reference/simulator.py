@@ -9,7 +9,7 @@ Time stepping is backward Euler written as minimisation of the incremental poten
     E(y) = 1/(2h^2) |y - y_n - h v_n|_M^2 + V(y) + 1/(2h) |y - y_n|_D^2,
 solved by Newton with a backtracking line search; D = alpha M + beta K is Rayleigh damping.
 V holds elasticity, gravity, painted accelerations, pins (pins.py), self-contact of a solid's lattice
-(self_contact.py), a floor and collision objects
+(self_contact.py) or, when the scene asks, of a cloth (core/self_contact.py), a floor and collision objects
 (penalty with tangential friction; world_forces.py), acting on mesh vertices and pulled back to the
 degrees of freedom through the interpolation matrix W (identity for cloth). Force fields
 (`setup.effectors`) are evaluated on the deformed surface at the start of every substep
@@ -27,6 +27,7 @@ from ..core.errors import Cancelled, SimulationFault
 from ..core.geometry import lumped_vertex_areas
 from ..core.friction import changed
 from ..core.physics import FLOOR_OMEGA2
+from ..core.self_contact import SheetSelfContact
 from ..core.setup import Setup
 from .budget import (BUDGET_RETRY_FACTOR, DEFAULT_BUDGET, RETRY_NEWTON_ITERATIONS, OutOfWork, SubstepWork, Work,
                      WorkBudgetExceeded, halvings, setup_load)
@@ -110,6 +111,9 @@ class ReferenceSimulator:
         if self.self_contact is not None:
             self.self_contact.between_chunks = self._between_chunks
         self.vertex_mass = self._vertex_masses(setup)
+        # a cloth's thickness layer (scene key "self_collision"; off by default)
+        self.sheet_contact = (SheetSelfContact(rest, setup.faces, setup.self_collision, self.vertex_mass)
+                              if self.cloth and setup.self_collision else None)
         self.W3 = sp.kron(self.W, sp.identity(3), format="csr")
         self.M3 = np.repeat(self.dof_mass, 3)
         self.substeps = max(1, int(math.ceil(setup.dt / substep - 1e-9)))
@@ -198,6 +202,8 @@ class ReferenceSimulator:
         t_end = frame + end
         t_start = t_end - 1.0 / self.substeps
         slip = self._slip(y_n, t_start, t_start, t_end)
+        # a cloth's self-contact pairs: searched once a substep, over the motion to the inertial guess
+        sheet_pairs = self.sheet_contact.pairs(y_n, y_pred.reshape(-1, 3)) if self.sheet_contact is not None else None
 
         def total(yf, need_hess=True):
             self._check_cancel()
@@ -225,6 +231,9 @@ class ReferenceSimulator:
                 if self.lattice is not None:     # the lattice body may not pass a collider either
                     e_nodes, g_nodes, H_nodes = _plus((e_nodes, g_nodes, H_nodes),
                                                       collider_terms(self.colliders, y, self.dof_mass, t_end, need_hess))
+            if sheet_pairs is not None:
+                e_floor, g_floor, H_floor = _plus((e_floor, g_floor, H_floor),
+                                                  self.sheet_contact.terms(x, sheet_pairs, need_hess))
             if self._contact_on():
                 e_nodes, g_nodes, H_nodes = _plus((e_nodes, g_nodes, H_nodes), self.self_contact.terms(y, need_hess))
             energy = 0.5 * float(np.dot(Mh * dy, dy)) + e_el - float(np.dot(f_ext, yf)) + e_pin + e_floor \

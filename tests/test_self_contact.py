@@ -1,0 +1,234 @@
+"""Self-contact of sheets (engine/core/self_contact.py): the spatial hash finds exactly the pairs a
+brute-force search finds, two sheets 3 mm apart meet where they should and nowhere else, the
+thickness layer's penalty is exact (finite differences) and convex, and a sheet dropped folded
+onto itself in the reference simulator never passes through itself."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from engine.core.errors import FormatError
+from engine.core.geometry import face_edges
+from engine.core.self_contact import (SheetSelfContact, pair_distance, pair_nodes, point_triangle, proximity,
+                                      self_contact_penalty)
+
+D = 0.005       # the thickness: Blender's default Self Collision Distance
+
+
+def grid(n, h, origin=(0.0, 0.0, 0.0)):
+    """An n x n vertex square sheet of spacing h in the plane z = origin z; quad (i, j)'s
+    triangles are (a, b, c) and (a, c, d) (diagonal a-c), a = (i, j), c = (i + 1, j + 1)."""
+    u = np.arange(n) * h
+    X, Y = np.meshgrid(u, u, indexing="ij")
+    v = np.stack([X.ravel(), Y.ravel(), np.zeros(n * n)], axis=1) + np.asarray(origin)
+    idx = np.arange(n * n).reshape(n, n)
+    a, b, c, d = idx[:-1, :-1].ravel(), idx[1:, :-1].ravel(), idx[1:, 1:].ravel(), idx[:-1, 1:].ravel()
+    return v, np.concatenate([np.stack([a, b, c], 1), np.stack([a, c, d], 1)]).astype(np.int64)
+
+
+def two_sheets(gap=0.003, n=6, h=0.025):
+    """Two parallel sheets `gap` apart, the upper one shifted by (h/3, 2h/3): each vertex of one
+    over the other's interior lies above (below) the centroid of one of its triangles, 3 mm away,
+    and at least 6.6 mm from every other triangle."""
+    lower, faces = grid(n, h)
+    upper, _ = grid(n, h, (h / 3, 2 * h / 3, gap))
+    return np.vstack([lower, upper]), np.vstack([faces, faces + n * n]), n, h
+
+
+def test_two_sheets_3mm_apart_meet_once_per_vertex_over_the_other_and_never_within_one():
+    x, faces, n, h = two_sheets()
+    vt, ee = proximity(x, faces, D)
+    half, quads = n * n, (n - 1) ** 2
+    sheet_of_vertex = np.arange(len(x)) >= half
+    sheet_of_face = np.arange(len(faces)) >= len(faces) // 2
+    edges = face_edges(faces)[0]
+    assert np.all(sheet_of_vertex[vt[:, 0]] != sheet_of_face[vt[:, 1]])
+    assert np.all(sheet_of_vertex[edges[ee[:, 0], 0]] != sheet_of_vertex[edges[ee[:, 1], 0]])
+    assert len(ee) > 0                                    # edges crossing 3 mm apart
+    # upper vertex (i, j), i, j < n - 1, lies over the lower triangle (a, c, d) of quad (i, j)
+    i, j = np.meshgrid(np.arange(n - 1), np.arange(n - 1), indexing="ij")
+    upper = half + (i * n + j).ravel()
+    expected_upper = {(int(v), int(quads + q)) for v, q in zip(upper, (i * (n - 1) + j).ravel())}
+    # lower vertex (i, j), 1 <= i, j, lies under the upper triangle (a, b, c) of quad (i - 1, j - 1)
+    lower = ((i + 1) * n + (j + 1)).ravel()
+    expected_lower = {(int(v), int(len(faces) // 2 + q)) for v, q in zip(lower, (i * (n - 1) + j).ravel())}
+    assert {tuple(map(int, p)) for p in vt} == expected_upper | expected_lower
+    assert len(vt) == 2 * quads == 50
+    d, _ = pair_distance(x, *pair_nodes(vt, np.zeros((0, 2), np.int64), faces, edges))
+    assert np.allclose(d, 0.003)
+
+
+def test_a_flat_sheet_has_no_pairs():
+    x, faces = grid(20, 0.01)
+    vt, ee = proximity(x, faces, D)
+    assert len(vt) == 0 and len(ee) == 0
+    contact = SheetSelfContact(x, faces, D, np.full(len(x), 1e-5))
+    assert len(contact.pairs(x, x + [0.0, 0.0, -0.01])) == 0
+
+
+def crumpled(seed=0, n=14, h=0.02):
+    """A grid sheet crumpled by random smooth folds and noise, so that many parts come near."""
+    rng = np.random.default_rng(seed)
+    x, faces = grid(n, h)
+    u, v = x[:, 0] / (n * h), x[:, 1] / (n * h)
+    x[:, 0] = 0.1 * np.sin(5 * u + 2 * v) + 0.05 * u
+    x[:, 1] = 0.1 * np.cos(4 * v - u) * (0.5 + u)
+    x[:, 2] = 0.05 * np.sin(7 * u * v + 3 * u)
+    return x + 0.004 * rng.standard_normal(x.shape), faces
+
+
+def brute_force(x, faces, distance):
+    edges = face_edges(faces)[0]
+    v, t = np.meshgrid(np.arange(len(x)), np.arange(len(faces)), indexing="ij")
+    vt = np.stack([v.ravel(), t.ravel()], axis=1)
+    vt = vt[np.all(faces[vt[:, 1]] != vt[:, :1], axis=1)]
+    a, b = np.triu_indices(len(edges), 1)
+    ee = np.stack([a, b], axis=1)
+    ee = ee[np.all(edges[a][:, :, None] != edges[b][:, None, :], axis=(1, 2))]
+    d, _ = pair_distance(x, *pair_nodes(vt, ee, faces, edges))
+    return vt[d[:len(vt)] < distance], ee[d[len(vt):] < distance]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_spatial_hash_finds_what_a_brute_force_search_finds(seed):
+    x, faces = crumpled(seed)
+    distance = 0.012                                      # above the sheet's edge length (~8 mm here)
+    vt, ee = proximity(x, faces, distance)
+    bvt, bee = brute_force(x, faces, distance)
+    print(f"{len(bvt)} vertex-triangle and {len(bee)} edge-edge pairs within {distance * 1000:.0f} mm")
+    assert len(bvt) > 100 and len(bee) > 100
+    assert sorted(map(tuple, vt)) == sorted(map(tuple, bvt))
+    assert sorted(map(tuple, ee)) == sorted(map(tuple, bee))
+    # with a motion, every pair within the distance at either end is among the candidates
+    rng = np.random.default_rng(seed + 10)
+    x_to = x + 0.01 * rng.standard_normal(x.shape)
+    cvt, cee = proximity(x, faces, distance, slack=np.linalg.norm(x_to - x, axis=1))
+    for end in (x, x_to):
+        for found, candidates in zip(brute_force(end, faces, distance), (cvt, cee)):
+            assert set(map(tuple, found)) <= set(map(tuple, candidates))
+
+
+def pressed_together():
+    """The two sheets and their contact pairs taken at 3 mm apart; then the upper sheet moved
+    down by 4 mm (through the lower one) and sideways a little."""
+    x, faces, n, h = two_sheets()
+    mass = np.full(len(x), 2e-4)
+    rest = x.copy()
+    rest[n * n:, 2] += 0.05                                # apart at rest: nothing excluded
+    contact = SheetSelfContact(rest, faces, D, mass)
+    pairs = contact.pairs(x)
+    y = x.copy()
+    y[n * n:] += [0.001, -0.0007, -0.004]
+    return contact, pairs, x, y
+
+
+def test_penalty_gradient_is_the_energy_s_finite_difference_and_its_hessian_is_psd():
+    contact, pairs, x, y = pressed_together()
+    assert len(pairs) > 50
+    energy, grad, H, depth = self_contact_penalty(y, pairs, D)
+    assert energy > 0 and (depth > 0).sum() > 50
+    # the sheets passed through each other at y (1 mm): the pairs facing each other straight
+    # (3 mm apart at x) are 6 mm deep in the 5 mm layer, none came out on the other side (their
+    # directions were taken at x)
+    straight = np.abs(pairs.normal[:, 2]) > 1 - 1e-12
+    assert straight.sum() >= 50
+    assert depth[straight] == pytest.approx(np.full(straight.sum(), 0.006), abs=1e-12)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        u = rng.standard_normal(y.shape)
+        eps = 1e-7
+        fd = (self_contact_penalty(y + eps * u, pairs, D, False)[0] - self_contact_penalty(y - eps * u, pairs, D, False)[0]) / (2 * eps)
+        assert fd == pytest.approx(float(np.sum(grad * u)), rel=1e-6)
+    e, g, H_terms = contact.terms(y, pairs)
+    assert e == energy and np.array_equal(g, grad.ravel()) and H_terms is H or (H_terms != H).nnz == 0
+    Hd = H.toarray()
+    # each pair's block is k (w w^T) (x) n n^T on its four vertices
+    J = np.zeros((len(pairs), len(y), 3))
+    np.add.at(J, (np.arange(len(pairs))[:, None], pairs.nodes), pairs.weights[:, :, None] * pairs.normal[:, None, :])
+    J = J.reshape(len(pairs), -1)
+    assert np.allclose(Hd, J.T @ ((pairs.k * (depth > 0))[:, None] * J), rtol=1e-12, atol=1e-12 * np.abs(Hd).max())
+    assert np.allclose(Hd, Hd.T)
+    eig = np.linalg.eigvalsh(Hd)
+    assert eig.min() > -1e-9 * eig.max()
+    # exact: the gradient changes by H times a small step (no pair leaves or enters the layer)
+    step = 1e-7 * rng.standard_normal(y.shape)
+    g2 = self_contact_penalty(y + step, pairs, D, False)[1]
+    assert np.allclose((g2 - grad).ravel(), Hd @ step.ravel(), rtol=1e-6, atol=1e-9 * np.abs(Hd).max() * 1e-7)
+
+
+def test_penalty_is_zero_outside_the_thickness():
+    contact, pairs, x, _ = pressed_together()
+    y = x.copy()
+    half = len(x) // 2
+    y[half:, 2] += 0.0021                                  # 5.1 mm apart
+    energy, grad, H, depth = self_contact_penalty(y, pairs, D)
+    assert energy == 0.0 and not grad.any() and H.count_nonzero() == 0 and not depth.any()
+    e, g, H = contact.terms(y, pairs)
+    assert e == 0.0 and H is None
+    y[half:, 2] -= 0.0002                                  # 4.9 mm: in the layer by 0.1 mm
+    straight = np.abs(pairs.normal[:, 2]) > 1 - 1e-12
+    energy, _, _, depth = self_contact_penalty(y, pairs, D)
+    assert depth[straight] == pytest.approx(np.full(straight.sum(), 1e-4), abs=1e-12)
+    assert energy == pytest.approx(0.5 * 1e-8 * pairs.k[depth > 0].sum())
+
+
+# --------------------------------------------------------------------------- the reference's cloth
+
+def folded_strip(length=0.2, width=0.2, radius=0.02, h=0.02, lift=0.002):
+    """A strip folded onto itself: a lower layer `lift` above the floor (z = 0), a half-turn of
+    `radius` at x = length, and an upper layer 2 x radius above the lower, one mesh."""
+    arc = np.pi * radius
+    s = np.linspace(0.0, 2 * length + arc, int(round((2 * length + arc) / h)) + 1)
+    y = np.linspace(0.0, width, int(round(width / h)) + 1)
+    turn = np.clip((s - length) / arc, 0.0, 1.0) * np.pi
+    x = np.where(s < length, s, np.where(s > length + arc, length - (s - length - arc), length + radius * np.sin(turn)))
+    z = lift + radius * (1.0 - np.cos(turn))
+    S, Y = np.meshgrid(np.arange(len(s)), y, indexing="ij")
+    vertices = np.stack([x[S.ravel()], Y.ravel(), z[S.ravel()]], axis=1)
+    m = len(y)
+    idx = np.arange(len(s) * m).reshape(len(s), m)
+    a, b, c, d = idx[:-1, :-1].ravel(), idx[1:, :-1].ravel(), idx[1:, 1:].ravel(), idx[:-1, 1:].ravel()
+    return vertices, np.concatenate([np.stack([a, b, c], 1), np.stack([a, c, d], 1)]).astype(np.int64)
+
+
+def drop_folded(self_collision, frames=12):
+    from engine.core.formats import Mesh
+    from engine.core.scene import setup_from_scene
+    from engine.evaluation.plausibility import crossing_triangle_pairs
+    from engine.reference.simulator import ReferenceSimulator
+    vertices, faces = folded_strip()
+    scene = {"format": "neurok.scene/1", "frames": frames, "dt": 1 / 24, "material": {"preset": "cloth"},
+             "floor": {"z": 0.0}}
+    if self_collision is not None:
+        scene["self_collision"] = self_collision
+    setup = setup_from_scene(Mesh(vertices, faces), scene)
+    xs = list(ReferenceSimulator(setup).iter_frames())
+    return xs, [crossing_triangle_pairs(x, faces) for x in xs]
+
+
+def test_a_sheet_dropped_folded_onto_itself_never_passes_through_with_self_collision():
+    free, free_crossings = drop_folded(None)
+    held, held_crossings = drop_folded({"distance": D})
+    away = held[0][:, 0] < 0.15                         # the layers away from the fold
+    lower, upper = away & (held[0][:, 2] < 0.01), away & (held[0][:, 2] > 0.01)
+    gap = [float(x[upper, 2].min() - x[lower, 2].max()) for x in held]
+    print(f"crossing pairs a frame without self-collision {free_crossings}, with it {held_crossings}; "
+          f"the layers' least gap away from the fold: {[round(g * 1000, 2) for g in gap]} mm")
+    assert sum(free_crossings) > 0                      # the scene does drive the sheet through itself
+    assert free[-1][upper, 2].max() < 0.002             # without it the upper layer lies on the floor
+    assert held_crossings == [0] * len(held)
+    assert 0.0045 < gap[-1] < D                         # with it the upper layer rests on the lower's 5 mm layer
+
+
+def test_self_collision_scene_key():
+    from engine.core.formats import Mesh
+    from engine.core.scene import setup_from_scene, validate_scene
+    mesh = Mesh(*grid(3, 0.1))
+    base = {"format": "neurok.scene/1", "frames": 2, "material": {"preset": "cloth"}}
+    assert setup_from_scene(mesh, base).self_collision is None
+    assert "self_collision" not in validate_scene(base)          # an old scene keeps its digest
+    assert setup_from_scene(mesh, dict(base, self_collision=True)).self_collision == D
+    assert setup_from_scene(mesh, dict(base, self_collision=False)).self_collision is None
+    assert setup_from_scene(mesh, dict(base, self_collision={"distance": 0.01})).self_collision == 0.01
+    for bad in ({"distance": -1}, {"distance": "5mm"}, {"thickness": 0.01}, 0.005, "yes"):
+        with pytest.raises(FormatError, match="self_collision"):
+            setup_from_scene(mesh, dict(base, self_collision=bad))
