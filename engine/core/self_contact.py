@@ -115,6 +115,11 @@ def _balls(corners, slack):
     return centre, (np.linalg.norm(corners - centre[:, None], axis=2) + slack).max(axis=1)
 
 
+def _boxes_near(lo_a, hi_a, lo_b, hi_b, distance):
+    """Whether boxes lo_a..hi_a and lo_b..hi_b [K,3] come within `distance` of each other on every axis."""
+    return np.all((lo_a - hi_b < distance) & (lo_b - hi_a < distance), axis=1)
+
+
 def proximity(x, faces, distance, edges=None, slack=None):
     """Vertex-triangle pairs [K,2] (vertex, triangle; the vertex not one of its corners) and
     edge-edge pairs [L,2] (indices into `edges`, default `face_edges(faces)`; no shared vertex,
@@ -125,13 +130,19 @@ def proximity(x, faces, distance, edges=None, slack=None):
     faces = np.asarray(faces, dtype=np.int64)
     edges = face_edges(faces)[0] if edges is None else np.asarray(edges, dtype=np.int64)
     grow = np.zeros(len(x)) if slack is None else np.asarray(slack, dtype=np.float64)
-    point, point_r = x, grow
+    lo, hi = x - grow[:, None], x + grow[:, None]               # each vertex's box, and each triangle's and edge's
+    tri_lo, tri_hi = lo[faces].min(axis=1), hi[faces].max(axis=1)
+    edge_lo, edge_hi = lo[edges].min(axis=1), hi[edges].max(axis=1)
     tri, tri_r = _balls(x[faces], grow[faces])
-    v, t = ball_pairs(point, point_r, tri, tri_r, distance)
+    v, t = ball_pairs(x, grow, tri, tri_r, distance)
+    keep = _boxes_near(lo[v], hi[v], tri_lo[t], tri_hi[t], distance)
+    v, t = v[keep], t[keep]
     keep = np.all(faces[t] != v[:, None], axis=1)
     vt = np.stack([v[keep], t[keep]], axis=1)
     seg, seg_r = _balls(x[edges], grow[edges])
     a, b = ball_pairs(seg, seg_r, seg, seg_r, distance, same=True)
+    near = _boxes_near(edge_lo[a], edge_hi[a], edge_lo[b], edge_hi[b], distance)
+    a, b = a[near], b[near]
     keep = np.all(edges[a][:, :, None] != edges[b][:, None, :], axis=(1, 2))
     ee = np.stack([a[keep], b[keep]], axis=1)
     if slack is None:
