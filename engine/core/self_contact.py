@@ -4,7 +4,7 @@ and a sheet's penalty on the pairs that enter that thickness (the floor's law, c
 
 - `point_triangle`, `edge_edge`: distances and the weights of the pair's four vertices whose sum
   is the vector between the closest points (barycentric clamping), vectorised over pairs. The
-  solid's lattice barrier (reference/self_contact.py) uses them too.
+  solid's lattice barrier (reference/lattice_contact.py) uses them too.
 - `proximity`: vertex-triangle pairs (the vertex not a corner of the triangle) and edge-edge
   pairs (no shared vertex) within a distance, found through k-d trees of bounding balls built
   afresh at every call; with a second state, every pair whose balls over the motion come that

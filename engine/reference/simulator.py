@@ -35,7 +35,7 @@ from .cloth import ClothModel
 from .world_forces import collider_terms, external_accel, friction_contacts, friction_terms
 from .lattice import DEFAULT_LATTICE_CELLS, Lattice
 from .pins import Pins, pinned_box
-from .self_contact import LatticeSelfContact
+from .lattice_contact import LatticeSelfContact
 from .solid import StableNeoHookean
 
 DEFAULT_SUBSTEP = 1.0 / 96.0    # longest substep, seconds

@@ -1,4 +1,4 @@
-"""Self-contact of the reference solid (engine/reference/self_contact.py): parts of a body that are
+"""Self-contact of the reference solid (engine/reference/lattice_contact.py): parts of a body that are
 far apart at rest may not pass through each other, and ordinary motion does not feel it."""
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from engine.core.formats import Mesh
 from engine.core.scene import setup_from_scene
 from engine.reference.lattice import Lattice
-from engine.reference.self_contact import LatticeSelfContact, edge_edge, point_triangle
+from engine.reference.lattice_contact import LatticeSelfContact, edge_edge, point_triangle
 from engine.reference.simulator import ReferenceSimulator
 from engine.training.shapes import _box_lattice
 
