@@ -7,7 +7,7 @@ import shutil
 
 from engine.cli import main
 from engine.evaluation.key_figures import ROOT, TABLES, read_figures, stale_tables, write_tables
-from engine.evaluation.targets import _energy_target
+from engine.evaluation.targets import energy_target
 
 DATED = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b|\b(January|February|March|April|May|June|July|August|September|October|"
                    r"November|December) 20\d\d\b")
@@ -47,7 +47,7 @@ def _drift(**per_mesh):
 
 
 def test_an_energy_run_that_blew_up_is_a_missed_target_not_an_unmeasured_one():
-    name, measured, verdict = _energy_target(_drift(jelly=(0.0798, 1000), flag=(None, 45)))
+    name, measured, verdict = energy_target(_drift(jelly=(0.0798, 1000), flag=(None, 45)))
     assert verdict == "missed" and "flag blew up at step 45" in measured and "jelly 7.98%" in measured
-    assert _energy_target(_drift(jelly=(0.004, 1000), soft_toy=(0.009, 1000)))[2] == "met"
-    assert _energy_target({})[2] == "not measured"
+    assert energy_target(_drift(jelly=(0.004, 1000), soft_toy=(0.009, 1000)))[2] == "met"
+    assert energy_target({})[2] == "not measured"

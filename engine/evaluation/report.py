@@ -11,7 +11,7 @@ from string import Template
 
 from ..core.formats import atomic_write_text
 from .plots import make_figures, scene_figures
-from .targets import TARGETS, _minutes, fmt, no_shortfall_sentence, targets
+from .targets import TARGETS, _minutes, energy_target, fmt, no_shortfall_sentence, targets
 
 TEMPLATE = Path(__file__).with_name("report_template.md")
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -262,8 +262,7 @@ def _energy_finding(result):
     mid = (ed.get("max") or {}).get("implicit_midpoint")
     if not ed.get("max") or (mid is not None and mid < TARGETS["energy_drift"]):
         return None
-    per = ", ".join(f"{mesh} {_drift(v.get('implicit_midpoint', {}).get('max'))}" for mesh, v in ed.get("per_mesh", {}).items())
-    return say("find_energy", target=f"{TARGETS['energy_drift']:.0%}", steps=ed.get("steps"), per_mesh=per,
+    return say("find_energy", target=f"{TARGETS['energy_drift']:.0%}", steps=ed.get("steps"), per_mesh=energy_target(result)[1],
                backward_euler=_drift(ed["max"].get("backward_euler")))
 
 

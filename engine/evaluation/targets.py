@@ -123,11 +123,11 @@ def targets(suite, result, stress, bench_result):
     sm = stress["summary"]
     out.append(("zero NaN in the stress suite", f"{sm['nan_runs']} of {sm['runs']} runs with NaN; "
                 f"{sm['unstable_runs']} unstable (fault or blow-up)", "met" if sm["nan_runs"] == 0 else "missed"))
-    out.append(_energy_target(result))
+    out.append(energy_target(result))
     return out
 
 
-def _energy_target(result):
+def energy_target(result):
     """(target, measured, verdict) of the implicit midpoint's drift: its worst over the meshes, a
     mesh whose state blew up counted as missed (the drift is then unbounded), not as unmeasured."""
     detail = result.get("energy_drift_detail", {})
