@@ -23,7 +23,9 @@ per substep:
    the run's state (`runtime.RunState`), so a frame the guard computes again starts from the
    accepted state's. Floor and colliders push with the reference's penalty spring against each
    vertex's tangent plane, found once per substep; friction is Coulomb's, applied to the velocity
-   the substep ends with.
+   the substep ends with. With the scene's "self_collision", the sheet's folds keep a thickness
+   layer apart: the pairs of `core.self_contact`, found once per substep, and its penalty (the one
+   the reference prices).
 
 A coarse level in the latent space (Newton on the Hessian projected on the skinning basis,
 taking turns with the L-BFGS steps) brought the flag's first fall closer to the reference but the
@@ -42,6 +44,7 @@ from ..core.fields import total_accel, vertex_normals
 from ..core.geometry import lumped_vertex_areas
 from ..core.mesh_physics import EdgeSprings, bending_matrix, coulomb_velocity, penalty_contact
 from ..core.physics import pin_stiffness
+from ..core.self_contact import SheetSelfContact, self_contact_penalty
 from ..core.setup import SHEET_LAYER_MAX_VERTICES
 
 LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (fewer lose the flag's first fall: experiments/sheet_layer_designs.py)
@@ -91,6 +94,9 @@ class SheetLayer:
         self.beta = material.damping
         self.colliders = list(setup.colliders or [])
         self.floor_friction = setup.floor_friction
+        # the thickness layer that keeps the sheet's folds apart (scene key "self_collision"; off by default)
+        self.self_contact = (SheetSelfContact(rest, faces, setup.self_collision, self.mass)
+                             if setup.self_collision else None)
         self._factors = {}     # per substep length
         self._planes = []
 
@@ -126,18 +132,21 @@ class SheetLayer:
         start = inertial if guess is None else np.array(guess, dtype=np.float64)
         reach = 2.0 * max(float(np.abs(start - x_n).max()), h * float(np.abs(v_n).max())) + 1e-3
         self._planes = self.contact_planes(start, reach, end)
-        energy = self.incremental_potential(frame, x_n, v_n, h)
         if self.contacts(inertial):
             start = inertial
+        # the folds' pairs: searched once a substep, over the motion to the iterations' start
+        folds = self.self_contact.pairs(x_n, start) if self.self_contact is not None else None
+        energy = self.incremental_potential(frame, x_n, v_n, h, folds)
         history = list(history)         # the accepted state's pairs stay as they were
         x = quasi_newton(energy, start, self._factor(h).solve, self.iterations, self.memory, history)
         v = self.friction((x - x_n) / h, x, h)
         return x_n + h * v, v, tuple(history)
 
-    def incremental_potential(self, frame, x_n, v_n, h):
+    def incremental_potential(self, frame, x_n, v_n, h, folds=None):
         """E(x) -> (energy, gradient [N,3]) of the substep from (x_n, v_n) (module docstring), with
         the Rayleigh damping's stiffness part taken at x_n (as the reference takes it); the energy
-        up to a constant of the substep.
+        up to a constant of the substep. `folds`: the substep's self-contact pairs
+        (`SheetSelfContact.pairs`), whose thickness-layer penalty joins the contact terms.
 
         Everything but the springs is quadratic in x, so it is gathered once per substep into
         1/2 x.(a x + c Q x) - b.x: inertia, air drag and pins on the diagonal a, bending with its
@@ -172,6 +181,9 @@ class SheetLayer:
             if self._planes:
                 e_contact, g_contact = self.contact(x)
                 energy, grad = energy + e_contact, grad + g_contact
+            if folds:
+                e_folds, g_folds, _, _ = self_contact_penalty(x, folds, self.self_contact.distance, need_hess=False)
+                energy, grad = energy + e_folds, grad + g_folds
             return energy, grad
         return potential
 
