@@ -62,6 +62,9 @@ CHECKS = {
     "neurok prior-vs-trained --sheet-layer auto": ("parse", "prior-vs-trained --sheet-layer auto"),
     "neurok calibration-bar": ("run", "-m engine calibration-bar"),
     "neurok evalsuite --preset full --physics-only": ("parse", "evalsuite --preset full --physics-only"),
+    # writing the tables is checked without writing: the README and model card already agree with the file
+    "neurok figures": ("run", "-m engine figures --check"),
+    "neurok figures --check": ("run", "-m engine figures --check"),
 }
 
 # wire: the function each command hands its arguments to
