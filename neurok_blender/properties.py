@@ -223,6 +223,15 @@ class NeurokObjectSettings(bpy.types.PropertyGroup):
                                 "(about 24 ms a frame per 1,000 vertices)")],
         description="How finely the learned engine lets the shape bend and fold (its number of handles); "
                     "the reference engine ignores it")
+    self_collision: BoolProperty(
+        name="Self Collision", default=False,
+        description="Cloth: keep the sheet's folds apart by a thickness layer, so no part passes through another "
+                    "(both engines; like Cloth ▸ Shape ▸ Self Collisions). Costs a search for close pairs once a "
+                    "substep, most where the sheet lies in many layers")
+    self_distance: FloatProperty(
+        name="Distance", default=0.005, min=1e-4, soft_max=0.05, precision=4, subtype='DISTANCE', unit='LENGTH',
+        description="Cloth self collision: the thickness layer no other part of the sheet may enter (Blender's "
+                    "Self Collision Distance)")
     stiffness: FloatProperty(
         name="Stiffness", default=PRESETS["rubber"]["stiffness"], min=1e-3, soft_min=10.0, soft_max=1e7, precision=0,
         update=_slider_moved,

@@ -388,6 +388,13 @@ def child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         pts = np.array([[0.2, 0, 0], [1.0, 0, 0], [0, 4.0, 0]])
         acc = fields.field_accel(pts, np.eye(4), p)
         assert np.allclose(acc[0], [2.0, 0, 0]) and np.allclose(acc[1], [2.0 * 1.5 ** -2, 0, 0]) and np.allclose(acc[2], 0)
+    with check("self_collision_switch"):      # off by default; on: its distance in the setup and the exported scene
+        assert setup.self_collision is None and "self_collision" not in link.scene.scene_from_setup(setup)
+        flag.neurok.self_collision, flag.neurok.self_distance = True, 0.004
+        on = gather.gather(bpy.context, flag).setup
+        assert abs(on.self_collision - 0.004) < 1e-9, on.self_collision
+        assert link.scene.scene_from_setup(on)["self_collision"] == {"distance": on.self_collision}
+        flag.neurok.self_collision = False
     with check("keyframed_force"):
         base = gather.gather(bpy.context, flag).setup.accel_frames()
         f = bh.keyed_gust(flag, (0, 2, 0), frames=(1, 6))
@@ -822,7 +829,8 @@ CHECKS = {
     "user_data_survives": ["user_data_kept_after_bake", "rebake_replaces_own", "free_keeps_user_data",
                            "cache_replaces_own_shape_keys"],
     "cancel": ["cancel_fresh_leaves_nothing", "cancel_rebake_keeps_old_bake", "cancel_mid_frame_reference"],
-    "setup_from_blender": ["pin_target_moves_pins", "force_fields", "keyframed_force", "bake_cloth_with_fields",
+    "setup_from_blender": ["pin_target_moves_pins", "force_fields", "self_collision_switch", "keyframed_force",
+                           "bake_cloth_with_fields",
                            "note_held_by_one_vertex"],
     "preview_and_export": ["preview_sync", "export_scene", "threaded_job", "preview_restarts_on_change",
                            "modal_preview_live", "modal_bake_and_esc", "panels_draw"],

@@ -494,6 +494,8 @@ def scene_from_setup(setup: Setup, material: dict | None = None, pin_strength: f
              "colliders": [_export_collider(c) for c in setup.colliders],
              "initial": {"velocity": [float(x) for x in setup.v0[0]] if len(setup.v0) else [0.0, 0.0, 0.0]},
              "detail": setup.detail}
+    if setup.self_collision:
+        scene["self_collision"] = {"distance": float(setup.self_collision)}
     if meta is not None:
         scene["meta"] = meta
     return scene

@@ -75,7 +75,7 @@ def gather(context, obj, check_engine: bool = True) -> Inputs:
             accel_table=table, floor_z=float(scene.neurok.floor_height) if scene.neurok.use_floor else None,
             floor_friction=float(scene.neurok.floor_friction),
             velocity=[float(x) for x in settings.initial_velocity], colliders=colliders, effectors=effectors,
-            detail=settings.detail.lower(),
+            detail=settings.detail.lower(), self_collision=_self_collision(settings, material),
             meta={"source": "blender", "object": obj.name, "frame_start": start}, where=f"'{obj.name}'")
     except NeurokError as e:
         raise UserError(str(e).rstrip(".") + ".") from None
@@ -86,3 +86,8 @@ def gather(context, obj, check_engine: bool = True) -> Inputs:
                   engine=engine_name, model=model, warnings=warnings, export_notes=notes,
                   obj_uid=getattr(obj, "session_uid", None), data_vertices=len(obj.data.vertices),
                   evaluated=body.evaluated)
+
+
+def _self_collision(settings, material: dict) -> float | None:
+    """A cloth's self-collision distance in metres, or None (off, or a solid: its lattice has its own)."""
+    return float(settings.self_distance) if material["kind"] == "cloth" and settings.self_collision else None

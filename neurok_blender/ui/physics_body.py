@@ -43,6 +43,11 @@ def draw_material(layout, st, vertices: int = 0) -> None:
     col.prop(st, "air_damping")
     if cloth:
         layout.prop(st, "bending")
+        row = layout.row(align=True)
+        row.prop(st, "self_collision")
+        sub = row.row(align=True)
+        sub.active = st.self_collision
+        sub.prop(st, "self_distance")
 
 
 class PHYSICS_PT_neurok_material(PhysicsSubPanel, bpy.types.Panel):
