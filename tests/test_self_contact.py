@@ -246,3 +246,14 @@ def test_self_collision_scene_key():
     for bad in ({"distance": -1}, {"distance": "5mm"}, {"thickness": 0.01}, 0.005, "yes"):
         with pytest.raises(FormatError, match="self_collision"):
             setup_from_scene(mesh, dict(base, self_collision=bad))
+
+
+def test_a_recorded_sequence_replays_with_its_self_collision(tmp_path):
+    from engine.core.formats import Mesh, read_sequence, write_sequence
+    from engine.core.scene import setup_from_scene, setup_from_sequence
+    mesh = Mesh(*grid(3, 0.1))
+    base = {"format": "neurok.scene/1", "frames": 2, "material": {"preset": "cloth"}}
+    for key, distance in ((None, None), ({"distance": 0.01}, 0.01)):
+        setup = setup_from_scene(mesh, base if key is None else dict(base, self_collision=key))
+        write_sequence(tmp_path / "seq.npz", setup.to_sequence(np.stack([setup.x0, setup.x0])))
+        assert setup_from_sequence(read_sequence(tmp_path / "seq.npz")).self_collision == distance

@@ -451,7 +451,7 @@ def setup_from_sequence(seq: Sequence) -> Setup:
                  accel_table=None if seq.external_accel is None else seq.external_accel.astype(np.float64),
                  floor_z=seq.floor_z, floor_friction=FLOOR_FRICTION if seq.floor_friction is None else seq.floor_friction,
                  vertex_mass=None if seq.vertex_mass is None else seq.vertex_mass.astype(np.float64),
-                 meta=dict(seq.meta)))
+                 self_collision=seq.meta.get("self_collision"), meta=dict(seq.meta)))
 
 
 # --------------------------------------------------------------------------- scene files

@@ -124,6 +124,8 @@ class Setup:
                        pin_weight=self.pin_weight.astype(np.float32), floor_z=self.floor_z,
                        floor_friction=None if self.floor_z is None else self.floor_friction,
                        meta=dict(self.meta, **(meta or {})))
+        if self.self_collision:             # the format has no field for it: meta carries it to a replay
+            seq.meta["self_collision"] = float(self.self_collision)
         if self.pin_weight.any():
             seq.pin_target = self.pin_target_frames()[:len(positions)]  # a stopped run keeps fewer frames
         if self.vertex_mass is not None:
