@@ -43,7 +43,7 @@ from engine.core.scene import setup_from_scene
 import time
 
 import engine.reference.solid as solid
-from engine.reference import self_contact as sc
+from engine.reference import lattice_contact as sc
 from engine.reference.budget import WorkBudgetExceeded
 from engine.reference.simulator import ReferenceSimulator
 from engine.training.generate import GENERATOR_SUBSTEP, draw_sequence
