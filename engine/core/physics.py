@@ -10,6 +10,7 @@ centimetres sink 1-2 % of its size into it, and rest 0.4 % deep.
 PIN_OMEGA2 = 1.0e6        # s^-2, least pin stiffness per kg at pin strength 1.0
 PIN_OVER_MATERIAL = 1.0e3 # a pin is at least this many times stiffer (per kg) than the material
 FLOOR_OMEGA2 = 1.0e6      # s^-2, floor penalty stiffness per kg
+DEFAULT_SELF_DISTANCE = 0.005   # m: a cloth's self-collision thickness by default, Blender's Self Collision Distance
 FLOOR_FRICTION = 0.5      # the floor's Coulomb coefficient when a scene does not set it (engine/core/friction.py)
 
 

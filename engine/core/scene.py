@@ -21,8 +21,7 @@ from .errors import FormatError, NeurokError
 from .fields import total_accel, vertex_normals
 from .formats import SCENE_FORMAT, Mesh, Sequence, atomic_write_text, brief
 from .material_params import MOONEY_RIVLIN, NEO_HOOKEAN, Material
-from .physics import FLOOR_FRICTION
-from .self_contact import DEFAULT_SELF_DISTANCE
+from .physics import DEFAULT_SELF_DISTANCE, FLOOR_FRICTION
 from .setup import DETAILS, Setup
 
 # Material presets, in the units of `Material` (engine/core/material_params.py).

@@ -27,7 +27,6 @@ from .geometry import face_edges
 from .physics import FLOOR_OMEGA2
 
 SEARCH_MARGIN = 0.25    # pairs are taken up to (1 + this) x the thickness (the solve may go past its guess)
-DEFAULT_SELF_DISTANCE = 0.005   # m, Blender's Self Collision Distance default
 
 
 # --------------------------------------------------------------------------- closest points
