@@ -175,7 +175,7 @@ class NeurokRun(Run):
                     q, qd = self._advance(frame, state.q, state.qd, h)
                     state = state._replace(q=q, qd=qd)
                 else:
-                    state = self._layer_substep(frame, (k + 1) / substeps, state, h)
+                    state = self._layer_substep(frame, frame + (k + 1) / substeps, state, h)
         return state
 
     def _layer_substep(self, frame, end, state, h):
