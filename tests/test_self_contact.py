@@ -1,4 +1,4 @@
-"""Self-contact of sheets (engine/core/self_contact.py): the spatial hash finds exactly the pairs a
+"""Self-contact of sheets (engine/core/self_contact.py): the pair search finds exactly the pairs a
 brute-force search finds, two sheets 3 mm apart meet where they should and nowhere else, the
 thickness layer's penalty is exact (finite differences) and convex, and a sheet dropped folded
 onto itself in the reference simulator never passes through itself."""
@@ -89,7 +89,7 @@ def brute_force(x, faces, distance):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_the_spatial_hash_finds_what_a_brute_force_search_finds(seed):
+def test_the_pair_search_finds_what_a_brute_force_search_finds(seed):
     x, faces = crumpled(seed)
     distance = 0.012                                      # above the sheet's edge length (~8 mm here)
     vt, ee = proximity(x, faces, distance)

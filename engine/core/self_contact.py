@@ -1,5 +1,5 @@
 """Self-contact of a triangle mesh, written once: closest points between triangles, points and
-segments; a spatial hash that finds the vertex-triangle and edge-edge pairs within a thickness;
+segments; a search (k-d trees of bounding balls) for the vertex-triangle and edge-edge pairs within a thickness;
 and a sheet's penalty on the pairs that enter that thickness (the floor's law, core/physics.py).
 
 - `point_triangle`, `edge_edge`: distances and the weights of the pair's four vertices whose sum
