@@ -95,3 +95,25 @@ def test_penalty_contact_and_coulomb_friction_hold_absolute_values():
     v = coulomb_velocity(np.array([[1.0, 0.0, 0.0], [0.3, 0.0, 0.0]]), normal, np.array([0.001, 0.001]), 0.5, h)
     assert v[0, 0] == pytest.approx(1.0 - 0.5), v
     assert v[1, 0] == 0.0
+
+
+def test_the_layers_incremental_potential_is_its_own_gradient(fin):
+    """The full-space layer's substep potential (springs with their damping at x_n, bending, inertia,
+    air, pins, forces), which its iterations minimise, against its own finite differences, on any
+    memory layout of the state."""
+    rest, faces = fin
+    scene = dict(CLOTH, material={"preset": "cloth", "damping": 0.02},
+                 pins=[{"select": {"box": {"min": [-1, -1, -1], "max": [0.01, 1, 1]}}}],
+                 forces=[{"select": {"box": {"min": [-1, -1, -1], "max": [1, 1, 1]}}, "accel": [3, 0, 1]}])
+    layer = SheetLayer(setup_from_scene(Mesh(rest, faces), scene))
+    rng = np.random.default_rng(1)
+    x_n, v_n = rest + 0.01 * rng.standard_normal(rest.shape), 0.3 * rng.standard_normal(rest.shape)
+    potential = layer.incremental_potential(0, x_n, v_n, 1.0 / 48.0)
+    x, d = x_n + 0.005 * rng.standard_normal(rest.shape), rng.standard_normal(rest.shape)
+    energy, grad = potential(x)
+    eps = 1e-7
+    fd = (potential(x + eps * d)[0] - potential(x - eps * d)[0]) / (2 * eps)
+    assert fd == pytest.approx(float(np.vdot(grad, d)), rel=1e-5)
+    energy_f, grad_f = potential(np.asfortranarray(x))
+    assert energy_f == pytest.approx(energy, rel=1e-13)
+    np.testing.assert_allclose(grad_f, grad, rtol=1e-12, atol=1e-12 * np.abs(grad).max())

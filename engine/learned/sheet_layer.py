@@ -138,7 +138,7 @@ class SheetLayer:
         folds = self.self_contact.pairs(x_n, start) if self.self_contact is not None else None
         energy = self.incremental_potential(frame, x_n, v_n, h, folds)
         history = list(history)         # the accepted state's pairs stay as they were
-        x = quasi_newton(energy, start, self._factor(h).solve, self.iterations, self.memory, history)
+        x = quasi_newton(energy, as_columns(start), self._factor(h).solve, self.iterations, self.memory, history)
         v = self.friction((x - x_n) / h, x, h)
         return x_n + h * v, v, tuple(history)
 
@@ -150,34 +150,49 @@ class SheetLayer:
 
         Everything but the springs is quadratic in x, so it is gathered once per substep into
         1/2 x.(a x + c Q x) - b.x: inertia, air drag and pins on the diagonal a, bending with its
-        damping c = 1 + beta/h, the forces, targets and rest shape in b."""
+        damping c = 1 + beta/h, the forces, targets and rest shape in b. The iterations' vectors
+        are column-major (`as_columns`): each coordinate's column is contiguous, so the potential
+        works a coordinate at a time on whole columns."""
         springs = self.springs
         beta_h = self.beta / h
         inertia, air = self.mass / h ** 2, self.air / h * self.mass
         target = np.asarray(self.setup.pin_target(frame + 1), dtype=np.float64)
-        a = (inertia + air + self.pin_k)[:, None]
+        a = inertia + air + self.pin_k
         bend = 1.0 + beta_h
-        b = (inertia[:, None] * (x_n + h * v_n) + air[:, None] * x_n + self.pin_k[:, None] * target
-             + self.forces(frame, x_n, v_n) + self.QX + beta_h * (self.Q @ x_n))
+        b = as_columns(inertia[:, None] * (x_n + h * v_n) + air[:, None] * x_n + self.pin_k[:, None] * target
+                       + self.forces(frame, x_n, v_n) + self.QX + beta_h * (self.Q @ x_n))
         # the damping's springs at x_n: k [(1 - r) n n^T + r I] (`EdgeSprings.hessian_blocks`)
-        d_n, length_n = springs.vectors(x_n)
-        normal_n = d_n / length_n[:, None]
+        d_n = self._edge_vectors(as_columns(x_n))
+        dn_dn = _row_dot(d_n, d_n)
+        length_n = np.maximum(np.sqrt(dn_dn), 1e-12)
         ratio = np.clip(1.0 - springs.rest_length / length_n, 0.0, None)
         damp_along, damp_all = beta_h * springs.k * (1.0 - ratio), beta_h * springs.k * ratio
-        D, k, rest_length = springs.D, springs.k, springs.rest_length
+        k, rest_length, DT, Q = springs.k, springs.rest_length, springs.DT, self.Q
 
         def potential(x):
-            d = D @ x
-            length = np.maximum(np.sqrt(np.einsum("ei,ei->e", d, d)), 1e-12)
+            x = as_columns(x)
+            d = self._edge_vectors(x)
+            d_d, d_dn = _row_dot(d, d), _row_dot(d, d_n)
+            length = np.maximum(np.sqrt(d_d), 1e-12)
             stretch = length - rest_length
-            ddv = d - d_n
-            along = np.einsum("ei,ei->e", normal_n, ddv)
-            edge_force = ((k * stretch / length + damp_all)[:, None] * d - damp_all[:, None] * d_n
-                          + (damp_along * along)[:, None] * normal_n)
-            grad = a * x + bend * (self.Q @ x) - b
-            energy = (0.5 * float(np.vdot(x, grad - b)) + 0.5 * float(np.dot(k, stretch * stretch))
-                      + 0.5 * float(np.dot(damp_along, along * along) + np.dot(damp_all, np.einsum("ei,ei->e", ddv, ddv))))
-            grad += springs.DT @ edge_force
+            along = d_dn / length_n - length_n              # n_n . (d - d_n)
+            moved = d_d - 2.0 * d_dn + dn_dn                 # |d - d_n|^2
+            # each edge's force on its end j: (k s / l + damping) d - damping d_n + damp_along along n_n
+            on_d = k * stretch / length + damp_all
+            on_dn = damp_along * along / length_n - damp_all
+            grad = np.empty_like(x, order="F")
+            energy = 0.5 * float(np.dot(k, stretch * stretch) + np.dot(damp_along, along * along)
+                                 + np.dot(damp_all, moved))
+            for i in range(3):
+                g = Q @ x[:, i]
+                g *= bend
+                g += a * x[:, i]
+                g -= b[:, i]
+                energy += 0.5 * (ddot(x[:, i], g) - ddot(x[:, i], b[:, i]))
+                edge_force = on_d * d[:, i]
+                edge_force += on_dn * d_n[:, i]
+                g += DT @ edge_force
+                grad[:, i] = g
             if self._planes:
                 e_contact, g_contact = self.contact(x)
                 energy, grad = energy + e_contact, grad + g_contact
@@ -186,6 +201,13 @@ class SheetLayer:
                 energy, grad = energy + e_folds, grad + g_folds
             return energy, grad
         return potential
+
+    def _edge_vectors(self, x):
+        """[E,3] column-major: x_j - x_i per edge (i, j), a coordinate at a time."""
+        d = np.empty((len(self.springs.k), 3), order="F")
+        for i in range(3):
+            d[:, i] = self.springs.D @ x[:, i]
+        return d
 
     def elastic(self, x):
         """(energy, gradient [N,3]) of the membrane and bending alone at x (the reference's
@@ -244,9 +266,31 @@ class SheetLayer:
         return v
 
 
+def as_columns(x) -> np.ndarray:
+    """x [N,3] column-major (Fortran order): the layout of every vector the iterations make."""
+    return np.asfortranarray(x, dtype=np.float64)
+
+
+def _flat(x) -> np.ndarray:
+    """A vector of the iterations as one column of 3N numbers (a view for column-major x)."""
+    return x.ravel(order="F")
+
+
+def _dot(a, b) -> float:
+    return ddot(_flat(a), _flat(b))
+
+
+def _row_dot(p, q) -> np.ndarray:
+    """[E] the dot product of each row of p and q [E,3], a column at a time."""
+    out = p[:, 0] * q[:, 0]
+    out += p[:, 1] * q[:, 1]
+    out += p[:, 2] * q[:, 2]
+    return out
+
+
 def _line_search(potential, x, energy, grad, step):
     """Backtracking (Armijo) along `step`: (x, energy, gradient) accepted."""
-    slope = float(np.vdot(grad, step))
+    slope = _dot(grad, step)
     if slope >= 0:
         return x, energy, grad, False
     t = 1.0
@@ -271,13 +315,13 @@ def quasi_newton(potential, x, precondition, iterations, memory, history, trace=
         trace.append((energy, grad))
     for _ in range(iterations):
         step = -_two_loop(grad, history, precondition)
-        if float(np.vdot(grad, step)) >= 0:
+        if _dot(grad, step) >= 0:
             step = -precondition(grad)
         x1, e1, g1, moved = _line_search(potential, x, energy, grad, step)
         if not moved:
             break
         s, y = x1 - x, g1 - grad
-        sy = float(np.vdot(s, y))
+        sy = _dot(s, y)
         if sy > 1e-300:
             history.append((s, y, 1.0 / sy))
             del history[:-memory]
@@ -289,15 +333,16 @@ def quasi_newton(potential, x, precondition, iterations, memory, history, trace=
 
 def _two_loop(grad, history, precondition):
     """L-BFGS's product of its inverse-Hessian estimate with the gradient (BLAS in place: at 10k
-    vertices numpy's temporaries cost as much as the prefactored solve)."""
+    vertices numpy's temporaries cost as much as the prefactored solve). Vectors are flattened
+    column-major (`_flat`), the result has grad's shape, column-major."""
     shape = grad.shape
-    q = grad.ravel().copy()
+    q = _flat(grad).copy()
     alphas = []
     for s, y, rho in reversed(history):
-        alpha = rho * ddot(s.ravel(), q)
-        q = daxpy(y.ravel(), q, a=-alpha)
+        alpha = rho * ddot(_flat(s), q)
+        q = daxpy(_flat(y), q, a=-alpha)
         alphas.append(alpha)
-    r = np.ascontiguousarray(precondition(q.reshape(shape))).ravel()
+    r = _flat(np.asarray(precondition(q.reshape(shape, order="F")))).copy()
     for (s, y, rho), alpha in zip(history, reversed(alphas)):
-        r = daxpy(s.ravel(), r, a=alpha - rho * ddot(y.ravel(), r))
-    return r.reshape(shape)
+        r = daxpy(_flat(s), r, a=alpha - rho * ddot(_flat(y), r))
+    return r.reshape(shape, order="F")
