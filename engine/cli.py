@@ -15,7 +15,7 @@ import numpy as np
 
 from .core.errors import NeurokError
 from .core.formats import atomic_write_text, read_mesh, read_sequence, write_pc2, write_sequence
-from .core.setup import SHEET_LAYER_MAX_VERTICES, SHEET_LAYER_MS_PER_1000_VERTICES
+from .core.setup import SHEET_LAYER_MS_PER_1000_VERTICES
 from .core.scene import read_scene
 
 
@@ -57,9 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "evaluation's converged ground truth uses 12)")
     s.add_argument("--sheet-layer", choices=("auto", "on", "off"), default="auto",
                    help="learned engine, sheets: the full-space layer that lets a sheet hinge, crease and hang "
-                        f"(auto: as the scene's detail says: off at low, up to {SHEET_LAYER_MAX_VERTICES:,} vertices at "
-                        f"medium, always at high; it costs about {SHEET_LAYER_MS_PER_1000_VERTICES} ms a frame per 1,000 "
-                        "vertices, `neurok bench`)")
+                        "(auto: as the scene's detail says: off at low, on at medium and high; it costs about "
+                        f"{SHEET_LAYER_MS_PER_1000_VERTICES} ms a frame per 1,000 vertices, `neurok bench`)")
     s.add_argument("--keep-good-frames", action="store_true",
                    help="when the run stops (implausible or unstable frame), write the frames before it "
                         "instead of nothing")

@@ -215,12 +215,12 @@ class NeurokObjectSettings(bpy.types.PropertyGroup):
         items=[('LOW', "Low", "Half the handles the shape asks for: stiffer folds and bends, about twice as fast; "
                               "cloth skips the full-space layer (it bends as a smooth card)"),
                ('MEDIUM', "Medium", "As many handles as the shape asks for: a compact solid 8, a square of cloth "
-                                    "32, a slender beam about 40; cloth up to 10,000 vertices also takes the "
-                                    "full-space layer that lets it crease, hinge at its pins and hang "
-                                    "(about 24 ms a frame per 1,000 vertices)"),
+                                    "32, a slender beam about 40; cloth also takes the full-space layer that "
+                                    "lets it crease, hinge at its pins and hang (about 16 ms a frame per "
+                                    "1,000 vertices)"),
                ('HIGH', "High", "Twice the handles (up to 64): finer folds, ripples and bends, 2-4x slower per "
-                                "frame and a longer first preparation; cloth always takes the full-space layer "
-                                "(about 24 ms a frame per 1,000 vertices)")],
+                                "frame and a longer first preparation; cloth takes the full-space layer as at "
+                                "Medium")],
         description="How finely the learned engine lets the shape bend and fold (its number of handles); "
                     "the reference engine ignores it")
     self_collision: BoolProperty(

@@ -41,19 +41,20 @@ def profile_value(profile: dict, frame: float, dt: float) -> float:
 
 
 DETAILS = ("low", "medium", "high")   # scene key "detail": the learned engine's handles x 0.5 / 1 / 2
-# Cloth at medium detail takes the learned engine's full-space sheet layer (creases, hinges at its
-# pins, drapes) up to this many vertices; above, it bends as one smooth card unless at high detail.
-# The layer costs about 24 ms a frame per 1,000 vertices on one core (`neurok bench`'s cloth rows).
-SHEET_LAYER_MAX_VERTICES = 10_000
-SHEET_LAYER_MS_PER_1000_VERTICES = 24
+# Cloth at medium and high detail takes the learned engine's full-space sheet layer (creases, hinges
+# at its pins, drapes) at any size; at low it bends as one smooth card (fast previews). The layer
+# costs about this many ms a frame per 1,000 vertices on one core (`neurok bench`'s cloth rows);
+# the Material panel names the cost from this size on.
+SHEET_LAYER_MS_PER_1000_VERTICES = 16
+SHEET_LAYER_NOTE_FROM_VERTICES = 20_000
 
 
 def cloth_detail_note(detail: str, vertices: int) -> str | None:
     """What a user should know about a cloth's detail level at this size, in one line, or None."""
-    if detail == "medium" and vertices > SHEET_LAYER_MAX_VERTICES:
+    if detail != "low" and vertices >= SHEET_LAYER_NOTE_FROM_VERTICES:
         seconds = SHEET_LAYER_MS_PER_1000_VERTICES * vertices / 1e6
-        return (f"Above {SHEET_LAYER_MAX_VERTICES:,} vertices Medium bends cloth as one smooth card; "
-                f"High creases and drapes it (about {seconds:.1f} s a frame)")
+        return (f"Creasing {vertices:,} vertices costs about {seconds:.1f} s a frame; "
+                "Low bends cloth as one smooth card, for fast previews")
     if detail == "low":
         return "Low bends cloth as one smooth card (fast previews); Medium creases and drapes it"
     return None

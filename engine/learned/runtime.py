@@ -128,7 +128,7 @@ class NeurokRun(Run):
                  sheet_layer="auto"):
         """`subspace`: this one instead of the mesh's cached one (`LatentScene`). `sheet_layer`
         ("auto", "on", "off"): whether a sheet also takes the full-space layer's iterations
-        (`sheet_layer.py`; "auto": up to `SHEET_LAYER_MAX_VERTICES` vertices). How the run steps is
+        (`sheet_layer.py`; "auto": but at low detail). How the run steps is
         decided here, once: `config` (`RunConfig`)."""
         super().__init__(setup)
         t0 = time.perf_counter()
