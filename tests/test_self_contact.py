@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from engine.core.errors import FormatError
 from engine.core.geometry import face_edges
 from engine.core.self_contact import (SheetSelfContact, pair_distance, pair_nodes, point_triangle, proximity,
-                                      self_contact_penalty)
+                                      relative_motion, self_contact_penalty)
 
 D = 0.005       # the thickness: Blender's default Self Collision Distance
 
@@ -105,6 +105,84 @@ def test_the_pair_search_finds_what_a_brute_force_search_finds(seed):
     for end in (x, x_to):
         for found, candidates in zip(brute_force(end, faces, distance), (cvt, cee)):
             assert set(map(tuple, found)) <= set(map(tuple, candidates))
+
+
+def rolled(n=18, h=0.01, turns=1.4, gap=0.003):
+    """An n x n sheet of spacing h (twice the thickness, as the bench's 10k sheet) at rest, and
+    the same sheet with its first part rolled about the y axis into a spiral whose turns lie `gap`
+    apart, the rest flat: folds far apart at rest meet, the flat part lies as at rest."""
+    rest, faces = grid(n, h)
+    length = turns * 2 * np.pi * 0.02                     # rolled about a 20 mm core
+    x = rest.copy()
+    on_roll = rest[:, 0] < length
+    angle = rest[on_roll, 0] / 0.02                       # about one radian per 20 mm of sheet
+    radius = 0.02 + gap * angle / (2 * np.pi)
+    x[on_roll, 0] = length - radius * np.sin(angle)
+    x[on_roll, 2] = 0.02 + gap * turns - radius * np.cos(angle)
+    return rest, x, faces
+
+
+def distinct_keys(nodes, weights):
+    """The contact each pair holds: a vertex and the triangle's closest feature (its vertices of
+    non-zero weight), or two edges."""
+    keys = set()
+    for k, w in zip(nodes, weights):
+        if w[0] == 1.0:                                  # vertex-triangle: weights (1, -barycentric)
+            keys.add((int(k[0]), tuple(sorted(int(c) for c, wc in zip(k[1:], w[1:]) if wc < 0))))
+        else:
+            keys.add(tuple(sorted([tuple(sorted(map(int, k[:2]))), tuple(sorted(map(int, k[2:])))])))
+    return keys
+
+
+@pytest.mark.parametrize("motion", ["still", "turning", "rolling on"])
+def test_a_substep_s_pairs_hold_every_contact_that_comes_within_reach_on_the_way(motion):
+    """Against every pair (brute force): each contact that comes within the search's reach on the
+    way from x_n to the guess (sampled) is among the substep's pairs, and none that the pairs'
+    rule (distance at x_n less the corners' relative motion within reach) would not take."""
+    rest, x, faces = rolled()
+    rng = np.random.default_rng(1)
+    turn = {"still": 0.0, "turning": 0.05, "rolling on": 0.0}[motion]
+    c, s = np.cos(turn), np.sin(turn)
+    guess = x @ np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]]).T + [0.004, -0.002, 0.003]
+    if motion == "rolling on":                          # the roll closes on itself, the flat part lifts
+        guess = x + 0.003 * rng.standard_normal(x.shape) + [0.0, 0.0, 0.002] * (x[:, :1] > 0.1)
+    contact = SheetSelfContact(rest, faces, D, np.full(len(x), 1e-4))
+    pairs = contact.pairs(x, guess)
+    edges = contact.edges
+    bvt, bee = brute_force(rest, faces, np.inf)
+    nodes, is_vt = pair_nodes(bvt, bee, faces, edges)
+    apart = pair_distance(rest, nodes, is_vt)[0] >= contact.reach          # not excluded at rest
+    nodes, is_vt = nodes[apart], is_vt[apart]
+    dist, w = pair_distance(x, nodes, is_vt)
+    taken = dist - relative_motion(guess - x, nodes, is_vt) < contact.reach
+    nodes, is_vt, w = nodes[taken], is_vt[taken], w[taken]
+    closest = np.min([pair_distance(x + f * (guess - x), nodes, is_vt)[0] for f in np.linspace(0, 1, 21)], axis=0)
+    inside = is_vt | ((w[:, 1] > 0) & (w[:, 1] < 1) & (w[:, 3] < 0) & (w[:, 3] > -1))
+    on_the_way = (closest < contact.reach) & inside
+    found = distinct_keys(pairs.nodes, pairs.weights)
+    print(f"{motion}: {len(pairs)} pairs; {int(on_the_way.sum())} pairs come within reach on the way, "
+          f"{int(taken.sum())} would be taken")
+    assert on_the_way.sum() > 50
+    assert distinct_keys(nodes[on_the_way], w[on_the_way]) <= found
+    assert found <= distinct_keys(nodes, w)
+
+
+def test_a_sheet_that_moves_rigidly_or_bends_gently_is_not_searched():
+    """Its patches' neighbourhoods keep their rest shape and no patches but neighbours meet: its
+    candidates are all among the pairs listed at rest, none found by a search."""
+    rest, faces = grid(30, 0.01)
+    contact = SheetSelfContact(rest, faces, D, np.full(len(rest), 1e-4))
+    c, s = np.cos(0.03), np.sin(0.03)
+    turned = rest @ np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]]).T + [0.1, 0.2, 0.3]
+    bent = rest.copy()                                  # wrapped about a 1 m cylinder
+    bent[:, 0] = 0.15 + np.sin(rest[:, 0] - 0.15)
+    bent[:, 2] = 1.0 - np.cos(rest[:, 0] - 0.15)
+    for x, guess in ((rest, turned), (bent, bent + [0.0, 0.0, 0.01])):
+        vt, ee = contact._candidates(x, guess - x)
+        listed, is_vt = contact._listed, contact._listed_is_vt
+        assert set(map(tuple, vt)) <= set(map(tuple, listed[is_vt]))
+        assert set(map(tuple, ee)) <= set(map(tuple, listed[~is_vt]))
+        assert len(contact.pairs(x, guess)) == 0
 
 
 def pressed_together():

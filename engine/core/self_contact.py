@@ -1,20 +1,26 @@
 """Self-contact of a triangle mesh, written once: closest points between triangles, points and
-segments; a search (k-d trees of bounding balls) for the vertex-triangle and edge-edge pairs within a thickness;
-and a sheet's penalty on the pairs that enter that thickness (the floor's law, core/physics.py).
+segments; a search for the vertex-triangle and edge-edge pairs within a thickness; and a sheet's
+penalty on the pairs that enter that thickness (the floor's law, core/physics.py).
 
 - `point_triangle`, `edge_edge`: distances and the weights of the pair's four vertices whose sum
   is the vector between the closest points (barycentric clamping), vectorised over pairs. The
   solid's lattice barrier (reference/lattice_contact.py) uses them too.
 - `proximity`: vertex-triangle pairs (the vertex not a corner of the triangle) and edge-edge
-  pairs (no shared vertex) within a distance, found through k-d trees of bounding balls built
-  afresh at every call; with a second state, every pair whose balls over the motion come that
-  near (one search a substep covers the whole Newton solve).
+  pairs (no shared vertex) within a distance, found through k-d trees of the balls around their
+  boxes, then the boxes; with a slack per vertex, every pair whose grown boxes come that near.
+- `Patches`: cells of a grid over the rest shape, whose mean motions are local frames for a
+  search over a motion and whose neighbourhoods, where they still move as their rest shape
+  does, need no search at all.
 - `SheetSelfContact`: a sheet's thickness layer (Blender's Self Collision Distance d). Its pairs
-  are taken once a substep (`pairs`, at the substep's start x_n and the inertial guess); each
-  pair's closest points and direction are fixed there, so its gap g(x) = n . sum_i w_i x_i is
-  linear in x (g = G x, G sparse, built once a substep) and the penalty E = k/2 (d - g)^2 (g < d;
-  k = FLOOR_OMEGA2 times the pair's mass) is convex with exact gradient and Hessian, each pair's
-  block k (w w^T) (x) n n^T (`self_contact_penalty`).
+  are taken once a substep (`pairs`, at the substep's start x_n and the inertial guess): pairs a
+  little beyond the search's reach at rest are listed once, the others searched for only where
+  the sheet may have folded since rest or where patches far apart at rest meet (on the bench's
+  10k sheet in its gust a substep's pairs take 25-50 ms where a search of the whole sheet took
+  0.2-6 s: experiments/self_contact_cost.py). Each pair's closest points and direction are fixed
+  at x_n, so its gap g(x) = n . sum_i w_i x_i is linear in x (g = G x, G sparse, built once a
+  substep) and the penalty E = k/2 (d - g)^2 (g < d; k = FLOOR_OMEGA2 times the pair's mass) is
+  convex with exact gradient and Hessian, each pair's block k (w w^T) (x) n n^T
+  (`self_contact_penalty`).
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from .geometry import face_edges
 from .physics import FLOOR_OMEGA2
 
 SEARCH_MARGIN = 0.25    # pairs are taken up to (1 + this) x the thickness (the solve may go past its guess)
+BAND = 0.4              # pairs up to this many mean edge lengths beyond that at rest are listed
 
 
 # --------------------------------------------------------------------------- closest points
@@ -86,31 +93,41 @@ def pair_distance(x, nodes, is_vt):
     return d, w
 
 
+def pair_distances(x, nodes, is_vt, chunk=500_000):
+    """`pair_distance`'s distances alone, `chunk` pairs at a time (a fine sheet's rest search
+    measures tens of millions)."""
+    return np.concatenate([np.zeros(0)] + [pair_distance(x, nodes[k:k + chunk], is_vt[k:k + chunk])[0]
+                                           for k in range(0, len(nodes), chunk)])
+
+
 # --------------------------------------------------------------------------- proximity search
 
 class Boxes:
-    """Axis-aligned boxes: lo, hi [3,P] (one row an axis, so that a box's side is a 1-D gather)."""
+    """Axis-aligned boxes lo, hi [3,P] (an axis a row, so that a box's side is a 1-D gather) around
+    points or groups of points each grown by its own slack, and a ball about each, centre [P,3]
+    and radius [P], that holds the points so grown (the k-d trees' bound)."""
 
-    def __init__(self, lo, hi):
-        self.lo, self.hi = lo, hi
+    def __init__(self, lo, hi, centre, radius):
+        self.lo, self.hi, self.centre, self.radius = lo, hi, centre, radius
 
     @classmethod
     def around(cls, x, grow):
         """A box around each point x [N,3], `grow` [N] from it on every side."""
-        return cls(np.ascontiguousarray((x - grow[:, None]).T), np.ascontiguousarray((x + grow[:, None]).T))
+        boxes = cls(np.ascontiguousarray((x - grow[:, None]).T), np.ascontiguousarray((x + grow[:, None]).T), x, grow)
+        boxes._rows = np.ascontiguousarray(x.T)
+        return boxes
 
     def of(self, corners):
-        """The box around each group of these boxes, corners [P,k]."""
+        """The box around each group of these points' boxes, corners [P,k]."""
         columns = [np.ascontiguousarray(corners[:, k]) for k in range(corners.shape[1])]
-        return Boxes(np.array([np.minimum.reduce([side[c] for c in columns]) for side in self.lo]),
-                     np.array([np.maximum.reduce([side[c] for c in columns]) for side in self.hi]))
+        least = lambda rows: np.array([np.minimum.reduce([row[c] for c in columns]) for row in rows])
+        most = lambda rows: np.array([np.maximum.reduce([row[c] for c in columns]) for row in rows])
+        low, high = least(self._rows), most(self._rows)
+        radius = 0.5 * np.sqrt(((high - low) ** 2).sum(axis=0)) + np.maximum.reduce([self.radius[c] for c in columns])
+        return Boxes(least(self.lo), most(self.hi), 0.5 * (low + high).T, radius)
 
-    def centres(self):
-        return 0.5 * (self.lo + self.hi).T
-
-    def radius(self):
-        """The largest half-diagonal: a ball of it about its centre holds every box."""
-        return 0.5 * float(np.sqrt(((self.hi - self.lo) ** 2).sum(axis=0)).max(initial=0.0))
+    def subset(self, index):
+        return Boxes(self.lo[:, index], self.hi[:, index], self.centre[index], self.radius[index])
 
 
 def box_pairs(a: Boxes, b: Boxes, distance, same=False):
@@ -120,13 +137,13 @@ def box_pairs(a: Boxes, b: Boxes, distance, same=False):
     from scipy.spatial import cKDTree
     if not a.lo.shape[1] or not b.lo.shape[1]:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    reach = distance + a.radius() + b.radius()
+    reach = distance + float(a.radius.max()) + float(b.radius.max())
     if same:
-        ij = cKDTree(a.centres(), balanced_tree=False).query_pairs(reach, output_type="ndarray")
+        ij = cKDTree(a.centre, balanced_tree=False).query_pairs(reach, output_type="ndarray")
         i, j = ij[:, 0], ij[:, 1]
     else:
-        near = cKDTree(a.centres(), balanced_tree=False).sparse_distance_matrix(
-            cKDTree(b.centres(), balanced_tree=False), reach, output_type="ndarray")
+        near = cKDTree(a.centre, balanced_tree=False).sparse_distance_matrix(
+            cKDTree(b.centre, balanced_tree=False), reach, output_type="ndarray")
         i, j = near["i"], near["j"]
     for axis in range(3):
         keep = (a.lo[axis][i] - b.hi[axis][j] < distance) & (b.lo[axis][j] - a.hi[axis][i] < distance)
@@ -155,7 +172,7 @@ def proximity(x, faces, distance, edges=None, slack=None):
     ee = np.stack([a[keep], b[keep]], axis=1)
     if slack is None:
         nodes, is_vt = pair_nodes(vt, ee, faces, edges)
-        near = pair_distance(x, nodes, is_vt)[0] < distance
+        near = pair_distances(x, nodes, is_vt) < distance
         vt, ee = vt[near[:len(vt)]], ee[near[len(vt):]]
     return vt, ee
 
@@ -261,80 +278,157 @@ def _edge_edge_inside(p0, p1, q0, q1):
     return inside, np.sqrt(_dot(off, off))
 
 
-# --------------------------------------------------------------------------- local frames of motion
+# --------------------------------------------------------------------------- patches of the rest shape
 
-PATCH_EDGES = 3.0       # a patch of `MotionFrames` is a rest-shape cell about this many edges wide
+PATCH_WIDTH = 1.5       # a patch's cell is this many times (reach + longest edge) wide: patches that are
+                        # not neighbours are further apart than a pair's centres within reach
 
 
-class MotionFrames:
-    """Patches of a mesh (the cells of a grid over its rest shape) whose mean motions serve as
-    local frames for a search over a motion. A pair's distance does not change when all its
-    vertices move alike, so the search need only grow each vertex by its motion relative to a
-    frame it shares with every vertex it may meet: on the bench's 10k sheet in its gust, a few mm
-    from the patches' frames where the whole sheet's mean motion leaves up to 23 mm."""
+class Patches:
+    """The cells of a grid over a mesh's rest shape as patches: a vertex, an edge or a triangle
+    is in the patch of its centre at rest (vertex, midpoint, centroid). Patches are neighbours
+    when their cells touch (a patch is its own neighbour); a patch's neighbourhood is every corner
+    of every vertex, edge and triangle of its neighbours. They serve a search over a motion twice:
 
-    def __init__(self, rest, edges):
+    - frames (`motion`): a pair's distance does not change when all its vertices move alike, so a
+      search need only grow each vertex by its motion relative to a frame it shares with every
+      vertex it may meet: its patch's mean motion, plus how much that differs from the mean of
+      any patch that meets its own on the way (on the bench's 10k sheet in its gust a few mm,
+      where the whole sheet's mean motion leaves up to 23 mm);
+    - rigidity (`rigid`): where a neighbourhood's positions at both ends of a way are a rotation
+      and a translation of its rest shape up to eps, the positions along the way are their blend,
+      an affine map of the rest shape that shortens no length by more than cos(half the angle
+      between the rotations), up to eps: its pairs keep at least that share of their rest
+      distance less 2 eps, and those far enough apart at rest need no search."""
+
+    def __init__(self, rest, faces, edges, size):
         rest = np.asarray(rest, dtype=np.float64)
-        self.edges = edges
-        length = np.linalg.norm(rest[edges[:, 0]] - rest[edges[:, 1]], axis=1)
-        cell = PATCH_EDGES * float(length.mean()) if len(length) and length.mean() > 0 else 1.0
-        cells = np.floor((rest - rest.min(axis=0, initial=0.0)) / cell).astype(np.int64)
-        self.patch = np.unique(cells, axis=0, return_inverse=True)[1].ravel()
-        self.order = np.argsort(self.patch, kind="stable")
-        self.count = np.bincount(self.patch)
+        self.corners = (np.arange(len(rest))[:, None], edges, faces)        # vertices, edges, triangles
+        centres = np.concatenate([rest[c].mean(axis=1) for c in self.corners])
+        cells, member = np.unique(np.floor((centres - rest.min(axis=0, initial=0.0)) / size).astype(np.int64),
+                                  axis=0, return_inverse=True)
+        self.member = member.ravel()            # the patch of each vertex, then edge, then triangle
+        self.of = tuple(np.split(self.member, np.cumsum([len(c) for c in self.corners])[:-1]))
+        self.order = np.argsort(self.member, kind="stable")
+        self.count = np.bincount(self.member)
         self.starts = np.r_[0, np.cumsum(self.count)[:-1]]
+        touching = _touching(cells)
+        a, b = touching.nonzero()
+        self.neighbour_keys = np.sort((a * len(self) + b)[a <= b])
+        self._neighbourhoods(rest, touching)
 
-    def slack(self, x, move, distance, base=None):
-        """How far each vertex may lie from `base` [N,3] (default: halfway, x + move / 2) anywhere
-        on the way from x [N,3] over `move` [N,3], relative to a frame common to every pair within
-        `distance` on the way: its offset relative to its patch's mean offset, plus how much that
-        mean differs from the mean of any patch that meets its own on the way (within `distance`
-        and two edges); or its offset relative to the whole mesh's mean, where that is less (in all)."""
-        base = x + 0.5 * move if base is None else base
-        offsets = (x - base, x + move - base)          # the offset from base changes linearly on the way
-        whole = np.max([np.linalg.norm(d - d.mean(axis=0), axis=1) for d in offsets], axis=0)
-        if len(self.count) < 2:
-            return whole
-        a, b = self._meeting(x, move, distance)
-        own, apart = np.zeros(len(x)), np.zeros(len(a))
-        for d in offsets:
-            frame = self._means(d)
-            own = np.maximum(own, np.linalg.norm(d - frame[self.patch], axis=1))
-            apart = np.maximum(apart, np.linalg.norm(frame[a] - frame[b], axis=1))
-        spread = np.zeros(len(self.count))
+    def __len__(self):
+        return len(self.count)
+
+    def _neighbourhoods(self, rest, touching):
+        """Each patch's neighbourhood as vertex indices [P,M] (padded with its first, `inside`
+        False there) and its rest shape about its centroid [P,M,3] (zero where padded)."""
+        n, count = len(rest), len(self)
+        holds = sum(sp.csr_matrix((np.ones(c.size), (np.repeat(of, c.shape[1]), c.ravel())), shape=(count, n))
+                    for of, c in zip(self.of, self.corners))
+        held = (touching @ holds).tocsr()
+        held.sort_indices()
+        sizes = np.diff(held.indptr)
+        rows = np.repeat(np.arange(count), sizes)
+        slot = np.arange(held.nnz) - np.repeat(held.indptr[:-1], sizes)
+        self.region = np.repeat(held.indices[held.indptr[:-1]][:, None], sizes.max(), axis=1)
+        self.region[rows, slot] = held.indices
+        self.inside = np.zeros(self.region.shape, bool)
+        self.inside[rows, slot] = True
+        self.weight = self.inside / sizes[:, None]
+        shape = rest[self.region]
+        # about the centroid; padded slots repeat the first vertex (weight 0 in the fit)
+        self.rest_shape = shape - np.matmul(self.weight[:, None, :], shape)
+        self._fit = (self.rest_shape * self.weight[..., None]).transpose(0, 2, 1).copy()
+
+    def neighbours(self, a, b):
+        """Whether patches a [K] and b [K] are neighbours."""
+        return in_sorted(np.minimum(a, b) * len(self) + np.maximum(a, b), self.neighbour_keys)
+
+    def motion(self, x, move, near, close):
+        """The frames of the way from x [N,3] over `move` [N,3]: the pairs of patches (a [K],
+        b [K]) that are not neighbours but whose members may come within `close` of each other on
+        the way, and how far each vertex may be from halfway (x + move / 2) anywhere on the way,
+        relative to a frame common to it and every vertex it may come within `near` of [N]: half
+        its motion relative to its patch's mean, plus half the most that mean differs from the
+        mean of a patch that meets its own; or half its motion relative to the whole mesh's mean,
+        where that is less in all."""
+        centre, motion = self._members(x, move)
+        frame = np.add.reduceat(motion[self.order], self.starts, axis=0) / self.count[:, None]
+        own = _norm(motion - frame[self.member])
+        halfway = (centre + 0.5 * motion)[self.order]
+        grow = 0.5 * np.maximum.reduceat(own[self.order], self.starts)[:, None]
+        lo = np.minimum.reduceat(halfway, self.starts) - grow
+        hi = np.maximum.reduceat(halfway, self.starts) + grow
+        a, b, gap = _meeting_boxes(lo, hi, frame, near)
+        apart = _norm(frame[a] - frame[b])
+        spread = np.zeros(len(self))
         np.maximum.at(spread, a, apart)
         np.maximum.at(spread, b, apart)
-        local = own + spread[self.patch]
-        return local if local.sum() < whole.sum() else whole
+        local = 0.5 * (own[:len(x)] + spread[self.of[0]])
+        whole = 0.5 * _norm(move - move.mean(axis=0))
+        far = (gap < close) & ~self.neighbours(a, b)
+        return a[far], b[far], local if local.sum() < whole.sum() else whole
 
-    def _means(self, values):
-        """Each patch's mean of per-vertex values [N,3]."""
-        return np.add.reduceat(values[self.order], self.starts, axis=0) / self.count[:, None]
+    def _members(self, x, move):
+        """Centre and motion [V+E+F,3] of every vertex, edge and triangle (its corners' mean)."""
+        both = np.concatenate([x, move], axis=1)
+        means = np.concatenate([np.take(both, c, axis=0).mean(axis=1) for c in self.corners])
+        return means[:, :3], means[:, 3:]
 
-    def _meeting(self, x, move, distance):
-        """Pairs of patches (a [K], b [K]) that may hold a pair within `distance` somewhere on the
-        way from x over `move`: balls around the patches, grown by their vertices' motion
-        relative to the patch's mean, that come within `distance` and 1 + 1/sqrt(3) of the longest
-        edge of each other as they move with their means (a pair's corners lie within that of the
-        corner nearest its closest points; a triangle's points within 1/sqrt(3) of its longest
-        edge of a corner)."""
-        from scipy.spatial import cKDTree
-        ends = x[self.edges], (x + move)[self.edges]
-        longest = max(float(np.linalg.norm(e[:, 0] - e[:, 1], axis=1).max(initial=0.0)) for e in ends)
-        near = distance + (1.0 + 1.0 / np.sqrt(3.0)) * longest
-        frame = self._means(move)
-        own = np.linalg.norm(move - frame[self.patch], axis=1)
-        xs = x[self.order]
-        centre = 0.5 * (np.minimum.reduceat(xs, self.starts) + np.maximum.reduceat(xs, self.starts))
-        radius = np.maximum.reduceat(np.linalg.norm(xs - centre[self.patch[self.order]], axis=1) + own[self.order],
-                                     self.starts)
-        drift = float(np.linalg.norm(frame - frame.mean(axis=0), axis=1).max())
-        ab = cKDTree(centre + 0.5 * frame).query_pairs(near + 2.0 * radius.max() + drift, output_type="ndarray")
-        a, b = ab[:, 0], ab[:, 1]
-        apart, closing = centre[a] - centre[b], frame[a] - frame[b]
-        when = np.clip(-(apart * closing).sum(axis=1) / np.maximum((closing * closing).sum(axis=1), 1e-300), 0.0, 1.0)
-        keep = np.linalg.norm(apart + when[:, None] * closing, axis=1) < near + radius[a] + radius[b]
-        return a[keep], b[keep]
+    def rigid(self, y):
+        """(eps [P], rotation [P,3,3]): for each neighbourhood, the rotation (with a translation)
+        of its rest shape nearest y [N,3] (least squares), and the furthest one of its vertices is
+        from where they put it."""
+        shape = np.take(y, self.region, axis=0)
+        centre = np.matmul(self.weight[:, None, :], shape)
+        u, _, vt = np.linalg.svd(np.matmul(self._fit, shape))
+        vt[:, 2] *= np.sign(np.linalg.det(np.matmul(u, vt)))[:, None]      # a rotation, not a reflection
+        rotation = np.matmul(vt.transpose(0, 2, 1), u.transpose(0, 2, 1))
+        off = shape - centre - np.matmul(self.rest_shape, rotation.transpose(0, 2, 1))
+        return np.sqrt(np.einsum("pmi,pmi->pm", off, off).max(axis=1)), rotation
+
+
+def _mean_length(x, edges) -> float:
+    """The mean length of edges [E,2] at x [N,3] (0 without edges)."""
+    return float(np.linalg.norm(x[edges[:, 0]] - x[edges[:, 1]], axis=1).mean()) if len(edges) else 0.0
+
+
+def _norm(v):
+    """Length of each row of v [K,3]."""
+    return np.sqrt(np.einsum("ki,ki->k", v, v))
+
+
+def _meeting_boxes(lo, hi, frame, near):
+    """Pairs (a, b), a < b, of boxes lo..hi [P,3] moving apart or together by half the
+    difference of their frames' motions [P,3] either way that may come within `near` of each
+    other on every axis, and the largest of their axes' gaps so grown [K]."""
+    from scipy.spatial import cKDTree
+    half = 0.5 * float(np.linalg.norm(hi - lo, axis=1).max(initial=0.0))
+    drift = float(np.linalg.norm(frame - frame.mean(axis=0), axis=1).max(initial=0.0))
+    ab = cKDTree(0.5 * (lo + hi), balanced_tree=False).query_pairs(near + 2.0 * half + drift, output_type="ndarray")
+    a, b = ab[:, 0], ab[:, 1]
+    closing = 0.5 * np.abs(frame[a] - frame[b])
+    gap = np.max(np.maximum(lo[a] - hi[b], lo[b] - hi[a]) - closing, axis=1)
+    keep = gap < near
+    return a[keep], b[keep], gap[keep]
+
+
+def _touching(cells):
+    """[P,P] sparse: 1 where integer cells [P,3] touch (differ by at most one on every axis)."""
+    base = int(np.ptp(cells, axis=0).max(initial=0)) + 3
+    weights = np.array([base * base, base, 1])
+    code = (cells - cells.min(axis=0) + 1) @ weights
+    order = np.argsort(code)
+    rows, cols = [], []
+    for offset in np.stack(np.meshgrid(*[[-1, 0, 1]] * 3, indexing="ij"), axis=-1).reshape(-1, 3):
+        wanted = code + offset @ weights
+        at = np.minimum(np.searchsorted(code[order], wanted), len(code) - 1)
+        found = code[order][at] == wanted
+        rows.append(np.nonzero(found)[0])
+        cols.append(order[at[found]])
+    rows, cols = np.concatenate(rows), np.concatenate(cols)
+    return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(cells), len(cells)))
 
 
 # --------------------------------------------------------------------------- the sheet's thickness layer
@@ -382,18 +476,59 @@ def self_contact_penalty(x, pairs: ContactPairs, distance: float, need_hess=True
 class SheetSelfContact:
     """A sheet's self-contact: no part of it enters another's thickness layer of `distance`.
 
-    Pairs that are within the thickness at rest (a mesh finer than the thickness, or a rest shape
-    whose layers already touch) are part of the sheet's own neighbourhood and never checked."""
+    Pairs within the search's reach of each other at rest (a mesh finer than the thickness, or a
+    rest shape whose layers already touch) are part of the sheet's own neighbourhood and never
+    checked. The pairs a little further apart at rest (the band: BAND times the thickness or half
+    an edge further, whichever is less; on the bench's 10k sheet, whose edges are twice the
+    thickness, a vertex and the triangles around its own) are listed once and measured where the
+    sheet about them may have moved them within reach; the others are searched for only where the
+    sheet may have folded since rest, and between patches that are not neighbours but meet on the
+    way (`Patches`)."""
 
     def __init__(self, rest, faces, distance: float, mass):
+        rest = np.asarray(rest, dtype=np.float64)
         self.faces = np.asarray(faces, dtype=np.int64)
         self.edges = face_edges(self.faces)[0]
         self.distance = float(distance)
         self.mass = np.asarray(mass, dtype=np.float64)
         self.reach = (1.0 + SEARCH_MARGIN) * self.distance
-        vt, ee = proximity(rest, self.faces, self.reach, self.edges)
-        self._excluded = (np.sort(vt @ [len(self.faces), 1]), np.sort(ee @ [len(self.edges), 1]))
-        self.frames = MotionFrames(rest, self.edges)
+        self.band = self.reach + BAND * _mean_length(rest, self.edges)
+        longest = float(np.linalg.norm(rest[self.edges[:, 0]] - rest[self.edges[:, 1]], axis=1).max(initial=0.0))
+        self.patches = Patches(rest, self.faces, self.edges, PATCH_WIDTH * (self.reach + longest))
+        vt, ee = proximity(rest, self.faces, self.band, self.edges, slack=np.zeros(len(rest)))
+        rest_distance = pair_distances(rest, *pair_nodes(vt, ee, self.faces, self.edges))
+        within = rest_distance < self.band
+        vt, ee, rest_distance = vt[within[:len(vt)]], ee[within[len(vt):]], rest_distance[within]
+        # listed, or never checked: by whether their patches are neighbours (nearly all are)
+        keys, apart = self._keys(vt, ee), self._apart(vt, ee)
+        self._not_searched = tuple(np.sort(k[~a]) for k, a in zip(keys, apart))
+        self._not_searched_apart = tuple(np.sort(k[a]) for k, a in zip(keys, apart))
+        listed = rest_distance >= self.reach
+        vt, ee = vt[listed[:len(vt)]], ee[listed[len(vt):]]
+        # listed by owner, then rest distance: a patch's unsure pairs are the start of its run
+        key = self._owner(vt, ee) + rest_distance[listed] / self.band
+        order = np.argsort(key, kind="stable")
+        self._listed = np.concatenate([vt, ee])[order]
+        self._listed_is_vt = np.r_[np.ones(len(vt), bool), np.zeros(len(ee), bool)][order]
+        self._listed_key = key[order]
+
+    def _keys(self, vt, ee):
+        """One integer key per vertex-triangle and per edge-edge pair."""
+        return vt @ [len(self.faces), 1], ee @ [len(self.edges), 1]
+
+    def _apart(self, vt, ee):
+        """Whether the patches of each vertex-triangle and each edge-edge pair are not neighbours."""
+        vertex, edge, triangle = self.patches.of
+        neighbours = self.patches.neighbours
+        return ~neighbours(vertex[vt[:, 0]], triangle[vt[:, 1]]), ~neighbours(edge[ee[:, 0]], edge[ee[:, 1]])
+
+    def _owner(self, vt, ee):
+        """The patch [K+L] whose neighbourhood holds every corner of each pair: the first one's,
+        where the second one's patch is its neighbour (else -1: measured at every substep)."""
+        vertex, edge, triangle = self.patches.of
+        first = np.concatenate([vertex[vt[:, 0]], edge[ee[:, 0]]])
+        second = np.concatenate([triangle[vt[:, 1]], edge[ee[:, 1]]])
+        return np.where(self.patches.neighbours(first, second), first, -1)
 
     def pairs(self, x_n, x_guess=None) -> ContactPairs:
         """The pairs of a substep that starts at x_n [N,3] and whose Newton solve starts at
@@ -406,23 +541,7 @@ class SheetSelfContact:
         would let it through)."""
         x_n = np.asarray(x_n, dtype=np.float64)
         move = np.zeros_like(x_n) if x_guess is None else np.asarray(x_guess, dtype=np.float64) - x_n
-        vt, ee = self._candidates(x_n, move)
-        # screened on coordinate rows (distance less the corners' relative motion), then measured
-        corners, motion = _coordinate_rows(x_n), _coordinate_rows(move)
-        vt_nodes = np.concatenate([vt[:, :1], self.faces[vt[:, 1]]], axis=1)
-        gap = _point_triangle_distance(*_gather(corners, vt_nodes))
-        vt_nodes = vt_nodes[gap - _relative_motion(_gather(motion, vt_nodes), True) < self.reach + 1e-9]
-        ee_nodes = np.concatenate([self.edges[ee[:, 0]], self.edges[ee[:, 1]]], axis=1)
-        inside, gap = _edge_edge_inside(*_gather(corners, ee_nodes))
-        ee_nodes = ee_nodes[inside]
-        ee_nodes = ee_nodes[gap[inside] - _relative_motion(_gather(motion, ee_nodes), False) < self.reach + 1e-9]
-        nodes = np.concatenate([vt_nodes, ee_nodes])
-        is_vt = np.r_[np.ones(len(vt_nodes), bool), np.zeros(len(ee_nodes), bool)]
-        dist, w = pair_distance(x_n, nodes, is_vt)
-        keep = dist - relative_motion(move, nodes, is_vt) < self.reach
-        near = np.nonzero(keep)[0]
-        keep[near] = distinct_contacts(nodes[near], is_vt[near], w[near])
-        nodes, is_vt, dist, w = nodes[keep], is_vt[keep], dist[keep], w[keep]
+        nodes, is_vt, dist, w = self._within_reach(x_n, move, *self._candidates(x_n, move))
         p = np.take(x_n, nodes, axis=0)
         diff = np.einsum("kj,kji->ki", w, p)
         # touching at x_n: no direction between the closest points; take the triangle's normal
@@ -439,20 +558,107 @@ class SheetSelfContact:
         k = FLOOR_OMEGA2 * 0.5 * np.einsum("kj,kj->k", np.abs(w), self.mass[nodes])
         return ContactPairs.build(nodes, w, normal, k, len(x_n))
 
+    def _within_reach(self, x_n, move, vt, ee):
+        """Of candidate pairs vt [K,2], ee [L,2], those whose distance at x_n less their corners'
+        motion relative to one another is within reach, each contact once: their vertices [M,4],
+        whether vertex-triangle, distances and closest-point weights at x_n. Screened on coordinate
+        rows first (edge pairs only with their closest points inside both), then measured."""
+        corners, motion = _coordinate_rows(x_n), _coordinate_rows(move)
+        vt_nodes = np.concatenate([vt[:, :1], self.faces[vt[:, 1]]], axis=1)
+        gap = _point_triangle_distance(*_gather(corners, vt_nodes))
+        vt_nodes = vt_nodes[gap - _relative_motion(_gather(motion, vt_nodes), True) < self.reach + 1e-9]
+        ee_nodes = np.concatenate([self.edges[ee[:, 0]], self.edges[ee[:, 1]]], axis=1)
+        inside, gap = _edge_edge_inside(*_gather(corners, ee_nodes))
+        ee_nodes, gap = ee_nodes[inside], gap[inside]
+        ee_nodes = ee_nodes[gap - _relative_motion(_gather(motion, ee_nodes), False) < self.reach + 1e-9]
+        nodes = np.concatenate([vt_nodes, ee_nodes])
+        is_vt = np.r_[np.ones(len(vt_nodes), bool), np.zeros(len(ee_nodes), bool)]
+        dist, w = pair_distance(x_n, nodes, is_vt)
+        keep = dist - relative_motion(move, nodes, is_vt) < self.reach
+        near = np.nonzero(keep)[0]
+        keep[near] = distinct_contacts(nodes[near], is_vt[near], w[near])
+        return nodes[keep], is_vt[keep], dist[keep], w[keep]
+
     def _candidates(self, x_n, move):
-        """Vertex-triangle and edge-edge pairs [K,2], [L,2] (not excluded) that may come within
-        the search's reach on the way from x_n over `move`: searched halfway, each vertex grown
-        by its slack relative to the frames (`MotionFrames.slack`)."""
-        vt, ee = proximity(x_n + 0.5 * move, self.faces, self.reach, self.edges,
-                           slack=self.frames.slack(x_n, move, self.reach))
-        vt = vt[~in_sorted(vt @ [len(self.faces), 1], self._excluded[0])]
-        ee = ee[~in_sorted(ee @ [len(self.edges), 1], self._excluded[1])]
-        return vt, ee
+        """Vertex-triangle and edge-edge pairs [K,2], [L,2] that may come within reach on the way
+        from x_n over `move`: the listed ones whose patch's neighbourhood may have brought them
+        there, and those a search finds (`_searched`)."""
+        eps_start, turn_start = self.patches.rigid(x_n)
+        eps_end, turn_end = self.patches.rigid(x_n + move)
+        shrink = np.sqrt(np.clip((np.einsum("pij,pij->p", turn_start, turn_end) + 1.0) / 4.0, 0.0, 1.0))
+        eps = np.maximum(eps_start, eps_end)
+        # on the way a pair keeps at least shrink x its rest distance, less 2 eps (`Patches`)
+        closest_sure = np.minimum((self.reach + 2.0 * eps) / np.maximum(shrink, 1e-9), self.band)
+        # an owner's run of keys owner + rest distance / band up to its closest sure pair (all, without one)
+        at = _runs(self._listed_key, np.arange(-1.0, len(self.patches)), np.r_[1.0, closest_sure / self.band])
+        unsure, is_vt = self._listed[at], self._listed_is_vt[at]
+        vt, ee = self._searched(x_n, move, loose=shrink * self.band - 2.0 * eps < self.reach)
+        return np.concatenate([unsure[is_vt], vt]), np.concatenate([unsure[~is_vt], ee])
+
+    def _searched(self, x_n, move, loose):
+        """Pairs beyond the band at rest [K,2], [L,2] that may come within reach on the way from
+        x_n over `move`: searched halfway, each vertex grown by its slack relative to the frames,
+        between neighbouring patches that are both `loose` [P] (may have folded since rest), and
+        between patches that are not neighbours but meet on the way."""
+        patches, count = self.patches, len(self.patches)
+        ends = x_n[self.edges], (x_n + move)[self.edges]
+        longest = max(float(np.linalg.norm(e[:, 0] - e[:, 1], axis=1).max(initial=0.0)) for e in ends)
+        # a pair's corners lie within the reach and two edges of each other, its centres within one
+        far_a, far_b, slack = patches.motion(x_n, move, self.reach + 2.0 * longest, self.reach + longest)
+        apart = np.sort(far_a * count + far_b)
+        near = patches.neighbour_keys[loose[patches.neighbour_keys // count] & loose[patches.neighbour_keys % count]]
+        searched = loose.copy()
+        searched[far_a] = searched[far_b] = True
+        points = Boxes.around(x_n + 0.5 * move, slack)
+        vertex_patch, edge_patch, triangle_patch = patches.of
+
+        def wanted(kind, keys, first, second):
+            """Which pairs (keys [K]) between members of patches `first` and `second` [K] to keep:
+            those in wanted patch pairs, neither listed nor excluded at rest."""
+            patch_pair = np.minimum(first, second) * count + np.maximum(first, second)
+            far = in_sorted(patch_pair, apart)
+            close = ~far
+            close[close] = in_sorted(patch_pair[close], near)
+            seen = np.zeros(len(keys), bool)
+            seen[close] = in_sorted(keys[close], self._not_searched[kind])
+            seen[far] = in_sorted(keys[far], self._not_searched_apart[kind])
+            return (far | close) & ~seen
+
+        v, t = self._vertex_triangle_near(points, np.nonzero(searched[vertex_patch])[0],
+                                          np.nonzero(searched[triangle_patch])[0])
+        i, j = self._edge_edge_near(points, np.nonzero(searched[edge_patch])[0])
+        vt, ee = np.stack([v, t], axis=1), np.stack([i, j], axis=1)
+        vt_keys, ee_keys = self._keys(vt, ee)
+        return (vt[wanted(0, vt_keys, vertex_patch[v], triangle_patch[t])],
+                ee[wanted(1, ee_keys, edge_patch[i], edge_patch[j])])
+
+    def _vertex_triangle_near(self, points: Boxes, vertices, triangles):
+        """Pairs (v, t) of these vertices and triangles (not its corners) whose boxes come within reach."""
+        v, t = box_pairs(points.subset(vertices), points.of(self.faces[triangles]), self.reach)
+        v, t = vertices[v], triangles[t]
+        corner = self.faces[t].T
+        keep = (corner[0] != v) & (corner[1] != v) & (corner[2] != v)
+        return v[keep], t[keep]
+
+    def _edge_edge_near(self, points: Boxes, edges):
+        """Pairs (i < j) of these edges (sorted; no shared vertex) whose boxes come within reach."""
+        i, j = box_pairs(points.of(self.edges[edges]), points.of(self.edges[edges]), self.reach, same=True)
+        i, j = edges[i], edges[j]
+        end_i, end_j = self.edges[i].T, self.edges[j].T
+        keep = (end_i[0] != end_j[0]) & (end_i[0] != end_j[1]) & (end_i[1] != end_j[0]) & (end_i[1] != end_j[1])
+        return i[keep], j[keep]
 
     def terms(self, x, pairs: ContactPairs, need_hess=True):
         """(energy, gradient [3N], Hessian [3N,3N] sparse or None) of the penalty at x [N,3]."""
         energy, grad, H, depth = self_contact_penalty(x, pairs, self.distance, need_hess)
         return energy, grad.ravel(), H if need_hess and depth.any() else None
+
+
+def _runs(sorted_keys, starts, lengths):
+    """Indices of `sorted_keys` in [start, start + length) for each start, one run after another."""
+    first = np.searchsorted(sorted_keys, starts)
+    count = np.searchsorted(sorted_keys, starts + lengths) - first
+    return np.repeat(first - np.cumsum(count) + count, count) + np.arange(count.sum())
 
 
 def in_sorted(keys, sorted_keys):
