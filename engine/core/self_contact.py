@@ -309,9 +309,17 @@ class Patches:
                                   axis=0, return_inverse=True)
         self.member = member.ravel()            # the patch of each vertex, then edge, then triangle
         self.of = tuple(np.split(self.member, np.cumsum([len(c) for c in self.corners])[:-1]))
-        self.order = np.argsort(self.member, kind="stable")
+        order = np.argsort(self.member, kind="stable")
         self.count = np.bincount(self.member)
         self.starts = np.r_[0, np.cumsum(self.count)[:-1]]
+        self.vertex_rank = np.argsort(order)[:len(rest)]          # where each vertex is in patch order
+        # each member's corners in patch order (a vertex three times, an edge's second end twice)
+        # and their shares of its centre
+        corners = np.concatenate([np.repeat(self.corners[0], 3, axis=1), edges[:, [0, 1, 1]], faces])[order]
+        shares = np.concatenate([np.full((len(rest), 3), 1 / 3), np.tile([0.5, 0.25, 0.25], (len(edges), 1)),
+                                 np.full((len(faces), 3), 1 / 3)])[order]
+        self._members = tuple(zip(np.ascontiguousarray(corners.T), shares.T[:, :, None].copy()))
+        self.edges = edges
         touching = _touching(cells)
         a, b = touching.nonzero()
         self.neighbour_keys = np.sort((a * len(self) + b)[a <= b])
@@ -345,48 +353,54 @@ class Patches:
         """Whether patches a [K] and b [K] are neighbours."""
         return in_sorted(np.minimum(a, b) * len(self) + np.maximum(a, b), self.neighbour_keys)
 
-    def motion(self, x, move, near, close):
+    def motion(self, x, move, reach):
         """The frames of the way from x [N,3] over `move` [N,3]: the pairs of patches (a [K],
-        b [K]) that are not neighbours but whose members may come within `close` of each other on
-        the way, and how far each vertex may be from halfway (x + move / 2) anywhere on the way,
-        relative to a frame common to it and every vertex it may come within `near` of [N]: half
-        its motion relative to its patch's mean, plus half the most that mean differs from the
-        mean of a patch that meets its own; or half its motion relative to the whole mesh's mean,
-        where that is less in all."""
-        centre, motion = self._members(x, move)
-        frame = np.add.reduceat(motion[self.order], self.starts, axis=0) / self.count[:, None]
-        own = _norm(motion - frame[self.member])
-        halfway = (centre + 0.5 * motion)[self.order]
-        grow = 0.5 * np.maximum.reduceat(own[self.order], self.starts)[:, None]
+        b [K]) that are not neighbours but whose members' centres may come within `reach` and the
+        longest edge of each other on the way (as those of a pair within reach do), and how far
+        each vertex may be from halfway (x + move / 2) anywhere on the way, relative to a frame
+        common to it and every vertex it may come within `reach` and two edges of (as a pair's
+        corners do) [N]: half its motion relative to its patch's mean, plus half the most that
+        mean differs from the mean of a patch that meets its own; or half its motion relative to
+        the whole mesh's mean, where that is less in all."""
+        both = np.concatenate([x, move], axis=1)
+        ends = np.take(both, self.edges[:, 0], axis=0) - np.take(both, self.edges[:, 1], axis=0)
+        longest = float(np.sqrt(np.maximum(_norm2(ends[:, :3]), _norm2(ends[:, :3] + ends[:, 3:])).max(initial=0.0)))
+        members = sum(share * np.take(both, corner, axis=0) for corner, share in self._members)   # patch order
+        centre, motion = members[:, :3], members[:, 3:]
+        frame = np.add.reduceat(motion, self.starts, axis=0) / self.count[:, None]
+        own = np.sqrt(_norm2(motion - np.repeat(frame, self.count, axis=0)))
+        halfway = centre + 0.5 * motion
+        grow = 0.5 * np.maximum.reduceat(own, self.starts)[:, None]
         lo = np.minimum.reduceat(halfway, self.starts) - grow
         hi = np.maximum.reduceat(halfway, self.starts) + grow
-        a, b, gap = _meeting_boxes(lo, hi, frame, near)
-        apart = _norm(frame[a] - frame[b])
+        a, b, gap = _meeting_boxes(lo, hi, frame, reach + 2.0 * longest)
+        apart = np.sqrt(_norm2(frame[a] - frame[b]))
         spread = np.zeros(len(self))
         np.maximum.at(spread, a, apart)
         np.maximum.at(spread, b, apart)
-        local = 0.5 * (own[:len(x)] + spread[self.of[0]])
-        whole = 0.5 * _norm(move - move.mean(axis=0))
-        far = (gap < close) & ~self.neighbours(a, b)
+        local = 0.5 * (own[self.vertex_rank] + spread[self.of[0]])
+        whole = 0.5 * np.sqrt(_norm2(move - move.mean(axis=0)))
+        far = (gap < reach + longest) & ~self.neighbours(a, b)
         return a[far], b[far], local if local.sum() < whole.sum() else whole
 
-    def _members(self, x, move):
-        """Centre and motion [V+E+F,3] of every vertex, edge and triangle (its corners' mean)."""
-        both = np.concatenate([x, move], axis=1)
-        means = np.concatenate([np.take(both, c, axis=0).mean(axis=1) for c in self.corners])
-        return means[:, :3], means[:, 3:]
-
     def rigid(self, y):
-        """(eps [P], rotation [P,3,3]): for each neighbourhood, the rotation (with a translation)
-        of its rest shape nearest y [N,3] (least squares), and the furthest one of its vertices is
-        from where they put it."""
+        """(off [P,M], rotation [P,3,3]): for each neighbourhood, the rotation (with a translation)
+        of its rest shape nearest y [N,3] (least squares), and how far each of its vertices
+        (`region`) is from where they put it."""
         shape = np.take(y, self.region, axis=0)
-        centre = np.matmul(self.weight[:, None, :], shape)
         u, _, vt = np.linalg.svd(np.matmul(self._fit, shape))
         vt[:, 2] *= np.sign(np.linalg.det(np.matmul(u, vt)))[:, None]      # a rotation, not a reflection
         rotation = np.matmul(vt.transpose(0, 2, 1), u.transpose(0, 2, 1))
-        off = shape - centre - np.matmul(self.rest_shape, rotation.transpose(0, 2, 1))
-        return np.sqrt(np.einsum("pmi,pmi->pm", off, off).max(axis=1)), rotation
+        off = shape - np.matmul(self.rest_shape, rotation.transpose(0, 2, 1))
+        off -= np.matmul(self.weight[:, None, :], shape)                     # less the centroid
+        return np.sqrt(np.einsum("pmi,pmi->pm", off, off)), rotation
+
+    def slots(self, patch, vertices):
+        """Where vertices [K,k] are in the neighbourhood of `patch` [K] (each one there)."""
+        big = int(self.region.max(initial=0)) + 1
+        held = (np.arange(len(self))[:, None] * big + self.region)[self.inside]      # sorted: rows, then vertices
+        first = np.r_[0, np.cumsum(self.inside.sum(axis=1))[:-1]]
+        return np.searchsorted(held, patch[:, None] * big + vertices) - first[patch][:, None]
 
 
 def _mean_length(x, edges) -> float:
@@ -394,9 +408,9 @@ def _mean_length(x, edges) -> float:
     return float(np.linalg.norm(x[edges[:, 0]] - x[edges[:, 1]], axis=1).mean()) if len(edges) else 0.0
 
 
-def _norm(v):
-    """Length of each row of v [K,3]."""
-    return np.sqrt(np.einsum("ki,ki->k", v, v))
+def _norm2(v):
+    """Squared length of each row of v [K,3]."""
+    return np.einsum("ki,ki->k", v, v)
 
 
 def _meeting_boxes(lo, hi, frame, near):
@@ -463,10 +477,13 @@ def self_contact_penalty(x, pairs: ContactPairs, distance: float, need_hess=True
     each pair's block is k (w w^T) (x) n n^T; None without `need_hess`), depth [K])."""
     n = len(x)
     if not len(pairs):
-        return 0.0, np.zeros((n, 3)), sp.csr_matrix((3 * n, 3 * n)) if need_hess else None, np.zeros(0)
+        return 0.0, np.zeros_like(x), sp.csr_matrix((3 * n, 3 * n)) if need_hess else None, np.zeros(0)
     depth = np.maximum(distance - pairs.G @ np.ravel(x), 0.0)
     push = pairs.k * depth
     grad = -(pairs.G.T @ push).reshape(n, 3)          # dE/dx_i = -k depth w_i n for each pair's vertex i
+    # in x's memory order: the sheet layer's vectors are column-major, and a sum with a row-major
+    # gradient would be row-major, every later view of it a copy (a tenth of a 10k sheet's frame)
+    grad = np.asfortranarray(grad) if np.isfortran(x) else grad
     hess = None
     if need_hess:
         hess = (pairs.G.T @ sp.diags(pairs.k * (depth > 0)) @ pairs.G).tocsr()
@@ -506,11 +523,19 @@ class SheetSelfContact:
         listed = rest_distance >= self.reach
         vt, ee = vt[listed[:len(vt)]], ee[listed[len(vt):]]
         # listed by owner, then rest distance: a patch's unsure pairs are the start of its run
-        key = self._owner(vt, ee) + rest_distance[listed] / self.band
+        owner = self._owner(vt, ee)
+        key = owner + rest_distance[listed] / self.band
         order = np.argsort(key, kind="stable")
         self._listed = np.concatenate([vt, ee])[order]
         self._listed_is_vt = np.r_[np.ones(len(vt), bool), np.zeros(len(ee), bool)][order]
         self._listed_key = key[order]
+        self._listed_owner = owner[order]
+        self._listed_rest = rest_distance[listed][order]
+        nodes = pair_nodes(vt, ee, self.faces, self.edges)[0][order]
+        fitted_in = np.maximum(self._listed_owner, 0)
+        # each corner's place in its owner's neighbourhood, as an index into a flat [P x M] array
+        self._listed_at = np.ascontiguousarray(
+            (fitted_in[:, None] * self.patches.region.shape[1] + self.patches.slots(fitted_in, nodes)).T)
 
     def _keys(self, vt, ee):
         """One integer key per vertex-triangle and per edge-edge pair."""
@@ -560,9 +585,10 @@ class SheetSelfContact:
 
     def _within_reach(self, x_n, move, vt, ee):
         """Of candidate pairs vt [K,2], ee [L,2], those whose distance at x_n less their corners'
-        motion relative to one another is within reach, each contact once: their vertices [M,4],
-        whether vertex-triangle, distances and closest-point weights at x_n. Screened on coordinate
-        rows first (edge pairs only with their closest points inside both), then measured."""
+        motion relative to one another (`relative_motion`) is within reach, each contact once:
+        their vertices [M,4], whether vertex-triangle, distances and closest-point weights at x_n.
+        Decided on coordinate rows (edge pairs only with their closest points inside both), then
+        measured for the weights."""
         corners, motion = _coordinate_rows(x_n), _coordinate_rows(move)
         vt_nodes = np.concatenate([vt[:, :1], self.faces[vt[:, 1]]], axis=1)
         gap = _point_triangle_distance(*_gather(corners, vt_nodes))
@@ -574,26 +600,30 @@ class SheetSelfContact:
         nodes = np.concatenate([vt_nodes, ee_nodes])
         is_vt = np.r_[np.ones(len(vt_nodes), bool), np.zeros(len(ee_nodes), bool)]
         dist, w = pair_distance(x_n, nodes, is_vt)
-        keep = dist - relative_motion(move, nodes, is_vt) < self.reach
-        near = np.nonzero(keep)[0]
-        keep[near] = distinct_contacts(nodes[near], is_vt[near], w[near])
+        keep = distinct_contacts(nodes, is_vt, w)
         return nodes[keep], is_vt[keep], dist[keep], w[keep]
 
     def _candidates(self, x_n, move):
         """Vertex-triangle and edge-edge pairs [K,2], [L,2] that may come within reach on the way
         from x_n over `move`: the listed ones whose patch's neighbourhood may have brought them
         there, and those a search finds (`_searched`)."""
-        eps_start, turn_start = self.patches.rigid(x_n)
-        eps_end, turn_end = self.patches.rigid(x_n + move)
+        off_start, turn_start = self.patches.rigid(x_n)
+        off_end, turn_end = self.patches.rigid(x_n + move)
         shrink = np.sqrt(np.clip((np.einsum("pij,pij->p", turn_start, turn_end) + 1.0) / 4.0, 0.0, 1.0))
-        eps = np.maximum(eps_start, eps_end)
-        # on the way a pair keeps at least shrink x its rest distance, less 2 eps (`Patches`)
+        off = np.maximum(off_start, off_end)
+        eps = off.max(axis=1)
+        # on the way a pair keeps at least shrink x its rest distance, less its two parts' largest
+        # offsets from the fits (`Patches`): sure for the whole neighbourhood where 2 eps leaves it
+        # out of reach, else measured unless its own corners' offsets do
         closest_sure = np.minimum((self.reach + 2.0 * eps) / np.maximum(shrink, 1e-9), self.band)
-        # an owner's run of keys owner + rest distance / band up to its closest sure pair (all, without one)
         at = _runs(self._listed_key, np.arange(-1.0, len(self.patches)), np.r_[1.0, closest_sure / self.band])
-        unsure, is_vt = self._listed[at], self._listed_is_vt[at]
+        owner, is_vt = self._listed_owner[at], self._listed_is_vt[at]
+        a, b, c, d = np.take(off.ravel(), self._listed_at[:, at])          # each corner's offset
+        parts = np.where(is_vt, a + np.maximum(np.maximum(b, c), d), np.maximum(a, b) + np.maximum(c, d))
+        unsure = (owner < 0) | (shrink[owner] * self._listed_rest[at] - parts < self.reach)
+        listed, is_vt = self._listed[at[unsure]], is_vt[unsure]
         vt, ee = self._searched(x_n, move, loose=shrink * self.band - 2.0 * eps < self.reach)
-        return np.concatenate([unsure[is_vt], vt]), np.concatenate([unsure[~is_vt], ee])
+        return np.concatenate([listed[is_vt], vt]), np.concatenate([listed[~is_vt], ee])
 
     def _searched(self, x_n, move, loose):
         """Pairs beyond the band at rest [K,2], [L,2] that may come within reach on the way from
@@ -601,10 +631,7 @@ class SheetSelfContact:
         between neighbouring patches that are both `loose` [P] (may have folded since rest), and
         between patches that are not neighbours but meet on the way."""
         patches, count = self.patches, len(self.patches)
-        ends = x_n[self.edges], (x_n + move)[self.edges]
-        longest = max(float(np.linalg.norm(e[:, 0] - e[:, 1], axis=1).max(initial=0.0)) for e in ends)
-        # a pair's corners lie within the reach and two edges of each other, its centres within one
-        far_a, far_b, slack = patches.motion(x_n, move, self.reach + 2.0 * longest, self.reach + longest)
+        far_a, far_b, slack = patches.motion(x_n, move, self.reach)
         apart = np.sort(far_a * count + far_b)
         near = patches.neighbour_keys[loose[patches.neighbour_keys // count] & loose[patches.neighbour_keys % count]]
         searched = loose.copy()
