@@ -20,6 +20,9 @@ size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed s
   `sheet_layer` says whether the full-space layer ran (`learned/sheet_layer.py`; by default up to
   10,000 vertices); a size beyond that gets a second row with the layer on, its note says so.
   `closures` whether the learned closures acted (off under the layer: `runtime.RunConfig`).
+  A further row at each size runs the same sheet with the scene key "self_collision": true (the
+  layer's thickness layer against the sheet's folds, Blender's 5 mm; off by default), the layer on:
+  `self_collision` true and a note; `ratios` divides its ms_per_frame by the layered row's.
 - blender_cloth: Blender's own cloth simulator on the same mesh and frames, pinned by a vertex
   group (gravity only: cloth on the surface mesh, not a volumetric solid; a speed reference);
   blender_cloth_sheet: the same on the cloth rows' sheet, pinned along its top edge (gravity only),
@@ -316,7 +319,7 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
     cpu_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     rows, notes = [], []
     cloth_sizes = [n for n in sizes if n <= CLOTH_UP_TO] if cloth else []
-    steps = len(sizes) * (len(devices) + int(reference) + int(blender)) + len(cloth_sizes) * (1 + int(blender))
+    steps = len(sizes) * (len(devices) + int(reference) + int(blender)) + len(cloth_sizes) * (2 + int(blender))
     bar = None if quiet else ProgressBar(steps, "bench")
     for n in sizes:
         mesh = bench_mesh(n)
@@ -356,6 +359,15 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
                 rows.append(dict({"engine": "neurok_cloth", "device": "cpu", "vertices": int(len(sheet.vertices))}, **r,
                                  torch_threads=torch.get_num_threads(),
                                  note="with the sheet layer (off by default at this size)"))
+            r = bench_neurok(engines["cpu"], bench_setup(sheet, frames, dict(CLOTH_SCENE, self_collision=True)), "cpu",
+                             sheet_layer="on")
+            rows.append(dict({"engine": "neurok_cloth", "device": "cpu", "vertices": int(len(sheet.vertices))}, **r,
+                             torch_threads=torch.get_num_threads(), self_collision=True,
+                             note="with self-collision (scene key self_collision: true, 5 mm; off by default) "
+                                  "and the sheet layer"))
+            if bar:
+                bar.update(1, postfix=f"neurok cloth, self-collision {len(sheet.vertices)} v: "
+                                      f"{r['ms_per_frame']:.1f} ms/frame")
             if blender:     # Blender's cloth on the same sheet, pinned along the same edge
                 r = bench_blender_cloth(sheet, bench_setup(sheet, frames, CLOTH_SCENE), frames, cpu_threads)
                 if "skipped" not in r:
@@ -374,7 +386,8 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
 
 
 def ratios(rows) -> dict:
-    """Speed-up of neurok (cpu) over the other engines per size: their ms_per_frame / neurok's."""
+    """Speed-up of neurok (cpu) over the other engines per size: their ms_per_frame / neurok's; and
+    what self-collision costs the cloth sheet: its row's ms_per_frame / the layered row's."""
     base = {r["vertices"]: r["ms_per_frame"] for r in rows if r["engine"] == "neurok" and r["device"] == "cpu"}
     out = {}
     for other in ("reference", "blender_cloth"):
@@ -382,11 +395,16 @@ def ratios(rows) -> dict:
                 if r["engine"] == other and r["vertices"] in base and base[r["vertices"]] > 0}
         if vals:
             out[f"{other}_over_neurok"] = vals
-    layered = {r["vertices"]: r["ms_per_frame"] for r in rows if r["engine"] == "neurok_cloth" and r.get("sheet_layer")}
+    layered = {r["vertices"]: r["ms_per_frame"] for r in rows
+               if r["engine"] == "neurok_cloth" and r.get("sheet_layer") and not r.get("self_collision")}
     sheet = {str(r["vertices"]): r["ms_per_frame"] / layered[r["vertices"]] for r in rows
              if r["engine"] == "blender_cloth_sheet" and r["vertices"] in layered}
     if sheet:
         out["blender_cloth_sheet_over_neurok_cloth_layer"] = sheet
+    folds = {str(r["vertices"]): r["ms_per_frame"] / layered[r["vertices"]] for r in rows
+             if r["engine"] == "neurok_cloth" and r.get("self_collision") and r["vertices"] in layered}
+    if folds:
+        out["neurok_cloth_self_collision_over_layer"] = folds
     cuda = {r["vertices"]: r["ms_per_frame"] for r in rows if r["engine"] == "neurok" and r["device"] == "cuda"}
     if cuda:
         out["neurok_cpu_over_cuda"] = {str(n): base[n] / cuda[n] for n in cuda if n in base and cuda[n] > 0}
