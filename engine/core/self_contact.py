@@ -15,8 +15,8 @@ penalty on the pairs that enter that thickness (the floor's law, core/physics.py
   are taken once a substep (`pairs`, at the substep's start x_n and the inertial guess): pairs a
   little beyond the search's reach at rest are listed once, the others searched for only where
   the sheet may have folded since rest or where patches far apart at rest meet (on the bench's
-  10k sheet in its gust a substep's pairs take 25-50 ms where a search of the whole sheet took
-  0.2-6 s: experiments/self_contact_cost.py). Each pair's closest points and direction are fixed
+  10k sheet in its gust a substep's pairs take 20-50 ms, where searching the whole sheet took
+  0.2-6 s: `neurok bench`'s self-collision row). Each pair's closest points and direction are fixed
   at x_n, so its gap g(x) = n . sum_i w_i x_i is linear in x (g = G x, G sparse, built once a
   substep) and the penalty E = k/2 (d - g)^2 (g < d; k = FLOOR_OMEGA2 times the pair's mass) is
   convex with exact gradient and Hessian, each pair's block k (w w^T) (x) n n^T
@@ -285,8 +285,8 @@ PATCH_WIDTH = 1.5       # a patch's cell is this many times (reach + longest edg
 
 
 class Patches:
-    """The cells of a grid over a mesh's rest shape as patches: a vertex, an edge or a triangle
-    is in the patch of its centre at rest (vertex, midpoint, centroid). Patches are neighbours
+    """The cells of a grid over a mesh's rest shape (`size` wide) as patches: a vertex, an edge or
+    a triangle is in the patch of its centre at rest (vertex, midpoint, centroid). Patches are neighbours
     when their cells touch (a patch is its own neighbour); a patch's neighbourhood is every corner
     of every vertex, edge and triangle of its neighbours. They serve a search over a motion twice:
 
@@ -307,10 +307,10 @@ class Patches:
         centres = np.concatenate([rest[c].mean(axis=1) for c in self.corners])
         cells, member = np.unique(np.floor((centres - rest.min(axis=0, initial=0.0)) / size).astype(np.int64),
                                   axis=0, return_inverse=True)
-        self.member = member.ravel()            # the patch of each vertex, then edge, then triangle
-        self.of = tuple(np.split(self.member, np.cumsum([len(c) for c in self.corners])[:-1]))
-        order = np.argsort(self.member, kind="stable")
-        self.count = np.bincount(self.member)
+        member = member.ravel()                 # the patch of each vertex, then edge, then triangle
+        self.of = tuple(np.split(member, np.cumsum([len(c) for c in self.corners])[:-1]))
+        order = np.argsort(member, kind="stable")
+        self.count = np.bincount(member)
         self.starts = np.r_[0, np.cumsum(self.count)[:-1]]
         self.vertex_rank = np.argsort(order)[:len(rest)]          # where each vertex is in patch order
         # each member's corners in patch order (a vertex three times, an edge's second end twice)
@@ -329,8 +329,8 @@ class Patches:
         return len(self.count)
 
     def _neighbourhoods(self, rest, touching):
-        """Each patch's neighbourhood as vertex indices [P,M] (padded with its first, `inside`
-        False there) and its rest shape about its centroid [P,M,3] (zero where padded)."""
+        """Each patch's neighbourhood as vertex indices [P,M] (padded with its first vertex,
+        `inside` False and `weight` 0 there) and its rest shape about its centroid [P,M,3]."""
         n, count = len(rest), len(self)
         holds = sum(sp.csr_matrix((np.ones(c.size), (np.repeat(of, c.shape[1]), c.ravel())), shape=(count, n))
                     for of, c in zip(self.of, self.corners))
@@ -345,7 +345,6 @@ class Patches:
         self.inside[rows, slot] = True
         self.weight = self.inside / sizes[:, None]
         shape = rest[self.region]
-        # about the centroid; padded slots repeat the first vertex (weight 0 in the fit)
         self.rest_shape = shape - np.matmul(self.weight[:, None, :], shape)
         self._fit = (self.rest_shape * self.weight[..., None]).transpose(0, 2, 1).copy()
 
@@ -495,12 +494,11 @@ class SheetSelfContact:
 
     Pairs within the search's reach of each other at rest (a mesh finer than the thickness, or a
     rest shape whose layers already touch) are part of the sheet's own neighbourhood and never
-    checked. The pairs a little further apart at rest (the band: BAND times the thickness or half
-    an edge further, whichever is less; on the bench's 10k sheet, whose edges are twice the
-    thickness, a vertex and the triangles around its own) are listed once and measured where the
-    sheet about them may have moved them within reach; the others are searched for only where the
-    sheet may have folded since rest, and between patches that are not neighbours but meet on the
-    way (`Patches`)."""
+    checked. The pairs a little further apart at rest (the band: up to BAND mean edges further; on
+    the bench's 10k sheet, whose edges are twice the thickness, a vertex and the triangles around
+    its own) are listed once and measured where the sheet about them may have moved them within
+    reach; the others are searched for only where the sheet may have folded since rest, and between
+    patches that are not neighbours but meet on the way (`Patches`)."""
 
     def __init__(self, rest, faces, distance: float, mass):
         rest = np.asarray(rest, dtype=np.float64)
@@ -521,21 +519,24 @@ class SheetSelfContact:
         self._not_searched = tuple(np.sort(k[~a]) for k, a in zip(keys, apart))
         self._not_searched_apart = tuple(np.sort(k[a]) for k, a in zip(keys, apart))
         listed = rest_distance >= self.reach
-        vt, ee = vt[listed[:len(vt)]], ee[listed[len(vt):]]
-        # listed by owner, then rest distance: a patch's unsure pairs are the start of its run
+        self._list(vt[listed[:len(vt)]], ee[listed[len(vt):]], rest_distance[listed])
+
+    def _list(self, vt, ee, rest_distance):
+        """Keep the band's pairs vt [K,2], ee [L,2] and their rest distances [K+L] by owner, then
+        rest distance, so that a patch's unsure ones are the start of its run, and each corner's
+        place in its owner's neighbourhood (an index into a flat [P x M] array)."""
         owner = self._owner(vt, ee)
-        key = owner + rest_distance[listed] / self.band
+        key = owner + rest_distance / self.band
         order = np.argsort(key, kind="stable")
         self._listed = np.concatenate([vt, ee])[order]
         self._listed_is_vt = np.r_[np.ones(len(vt), bool), np.zeros(len(ee), bool)][order]
         self._listed_key = key[order]
         self._listed_owner = owner[order]
-        self._listed_rest = rest_distance[listed][order]
-        nodes = pair_nodes(vt, ee, self.faces, self.edges)[0][order]
+        self._listed_rest = rest_distance[order]
         fitted_in = np.maximum(self._listed_owner, 0)
-        # each corner's place in its owner's neighbourhood, as an index into a flat [P x M] array
-        self._listed_at = np.ascontiguousarray(
-            (fitted_in[:, None] * self.patches.region.shape[1] + self.patches.slots(fitted_in, nodes)).T)
+        nodes = pair_nodes(vt, ee, self.faces, self.edges)[0][order]
+        width = self.patches.region.shape[1]
+        self._listed_at = np.ascontiguousarray((fitted_in[:, None] * width + self.patches.slots(fitted_in, nodes)).T)
 
     def _keys(self, vt, ee):
         """One integer key per vertex-triangle and per edge-edge pair."""
@@ -611,19 +612,23 @@ class SheetSelfContact:
         off_end, turn_end = self.patches.rigid(x_n + move)
         shrink = np.sqrt(np.clip((np.einsum("pij,pij->p", turn_start, turn_end) + 1.0) / 4.0, 0.0, 1.0))
         off = np.maximum(off_start, off_end)
+        listed, is_vt = self._unsure(off, shrink)
+        vt, ee = self._searched(x_n, move, loose=shrink * self.band - 2.0 * off.max(axis=1) < self.reach)
+        return np.concatenate([listed[is_vt], vt]), np.concatenate([listed[~is_vt], ee])
+
+    def _unsure(self, off, shrink):
+        """The listed pairs [K,2] that may come within reach on the way, and which are vertex-
+        triangle [K]: on the way a pair keeps at least `shrink` [P] x its rest distance, less its
+        two parts' largest offsets from the fits `off` [P,M] (`Patches`). Sure for a whole patch
+        where twice its largest offset leaves it out of reach, else where its own corners' do."""
         eps = off.max(axis=1)
-        # on the way a pair keeps at least shrink x its rest distance, less its two parts' largest
-        # offsets from the fits (`Patches`): sure for the whole neighbourhood where 2 eps leaves it
-        # out of reach, else measured unless its own corners' offsets do
         closest_sure = np.minimum((self.reach + 2.0 * eps) / np.maximum(shrink, 1e-9), self.band)
         at = _runs(self._listed_key, np.arange(-1.0, len(self.patches)), np.r_[1.0, closest_sure / self.band])
         owner, is_vt = self._listed_owner[at], self._listed_is_vt[at]
         a, b, c, d = np.take(off.ravel(), self._listed_at[:, at])          # each corner's offset
         parts = np.where(is_vt, a + np.maximum(np.maximum(b, c), d), np.maximum(a, b) + np.maximum(c, d))
         unsure = (owner < 0) | (shrink[owner] * self._listed_rest[at] - parts < self.reach)
-        listed, is_vt = self._listed[at[unsure]], is_vt[unsure]
-        vt, ee = self._searched(x_n, move, loose=shrink * self.band - 2.0 * eps < self.reach)
-        return np.concatenate([listed[is_vt], vt]), np.concatenate([listed[~is_vt], ee])
+        return self._listed[at[unsure]], is_vt[unsure]
 
     def _searched(self, x_n, move, loose):
         """Pairs beyond the band at rest [K,2], [L,2] that may come within reach on the way from
@@ -633,7 +638,8 @@ class SheetSelfContact:
         patches, count = self.patches, len(self.patches)
         far_a, far_b, slack = patches.motion(x_n, move, self.reach)
         apart = np.sort(far_a * count + far_b)
-        near = patches.neighbour_keys[loose[patches.neighbour_keys // count] & loose[patches.neighbour_keys % count]]
+        neighbours = patches.neighbour_keys
+        near = neighbours[loose[neighbours // count] & loose[neighbours % count]]
         searched = loose.copy()
         searched[far_a] = searched[far_b] = True
         points = Boxes.around(x_n + 0.5 * move, slack)
@@ -669,7 +675,8 @@ class SheetSelfContact:
 
     def _edge_edge_near(self, points: Boxes, edges):
         """Pairs (i < j) of these edges (sorted; no shared vertex) whose boxes come within reach."""
-        i, j = box_pairs(points.of(self.edges[edges]), points.of(self.edges[edges]), self.reach, same=True)
+        segments = points.of(self.edges[edges])
+        i, j = box_pairs(segments, segments, self.reach, same=True)
         i, j = edges[i], edges[j]
         end_i, end_j = self.edges[i].T, self.edges[j].T
         keep = (end_i[0] != end_j[0]) & (end_i[0] != end_j[1]) & (end_i[1] != end_j[0]) & (end_i[1] != end_j[1])
