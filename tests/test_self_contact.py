@@ -1,5 +1,7 @@
 """Self-contact of sheets (engine/core/self_contact.py): the pair search finds exactly the pairs a
-brute-force search finds, two sheets 3 mm apart meet where they should and nowhere else, the
+brute-force search finds, a substep's pairs hold every contact that comes within reach on the way
+(against every pair) while a sheet that keeps its rest shape is not searched at all, two sheets
+3 mm apart meet where they should and nowhere else, the
 thickness layer's penalty is exact (finite differences) and convex, and a sheet dropped folded
 onto itself in the reference simulator never passes through itself."""
 import numpy as np
