@@ -51,3 +51,19 @@ def test_an_energy_run_that_blew_up_is_a_missed_target_not_an_unmeasured_one():
     assert verdict == "missed" and "flag blew up at step 45" in measured and "jelly 7.98%" in measured
     assert energy_target(_drift(jelly=(0.004, 1000), soft_toy=(0.009, 1000)))[2] == "met"
     assert energy_target({})[2] == "not measured"
+
+
+def test_the_self_collision_row_is_its_own_and_judges_no_target():
+    """`neurok bench`'s cloth row with self-collision is filed apart from the plain layered row, and
+    the creasing sheet's speed target is judged on the plain one."""
+    from engine.evaluation.key_figures import _speed
+    from engine.evaluation.targets import _sheet_speed
+    row = lambda ms, **extra: dict({"engine": "neurok_cloth", "device": "cpu", "vertices": 10000,  # noqa: E731
+                                    "ms_per_frame": ms, "encode_ms": 1000.0, "sheet_layer": True}, **extra)
+    bench = {"rows": [row(300.0, self_collision=True), row(150.0),
+                      {"engine": "blender_cloth_sheet", "device": "cpu", "vertices": 10000, "ms_per_frame": 150.0,
+                       "encode_ms": 40.0}]}
+    speed = _speed(bench)
+    assert speed["cloth_layer"] == [[10000, 150.0, 1.0]] and speed["cloth_self_collision"] == [[10000, 300.0, 1.0]]
+    _, text, verdict = _sheet_speed(bench)
+    assert text.startswith("150 ms/frame") and "1.00x" in text and verdict == "missed"

@@ -67,13 +67,14 @@ def _scene(r) -> dict:
 
 
 def _speed(bench_result) -> dict:
-    """{engine: [[vertices, ms a frame, first prepare s], ...]}; the cloth with its layer and
-    without it apart."""
+    """{engine: [[vertices, ms a frame, first prepare s], ...]}; the cloth with its layer, without
+    it, and with its layer and self-collision apart."""
     out = {}
     for r in bench_result["rows"]:
         name = r["engine"]
         if name == "neurok_cloth":
-            name = "cloth_layer" if r.get("sheet_layer") else "cloth_latent"
+            name = ("cloth_self_collision" if r.get("self_collision")
+                    else "cloth_layer" if r.get("sheet_layer") else "cloth_latent")
         out.setdefault(name, []).append([r["vertices"], _round(r["ms_per_frame"]), _round(r["encode_ms"] / 1000.0, 3)])
     return out
 
@@ -235,6 +236,9 @@ def _speed_rows(figures):
     if latent:
         big = max(latent)
         cloth += f". The latent step alone (Low) at {_k(1000 * big)}: {_ms(latent[big][1])} ms"
+    folds = _by_size(figures, "cloth_self_collision")
+    if folds:
+        cloth += f". With self-collision: {_ms_column(figures, 'cloth_self_collision', sorted(folds))} ms"
     return [(f"speed, solids (learned engine), {size_text} vertices", solid),
             (f"speed, cloth with its full-space layer (creases), {' / '.join(_k(1000 * s) for s in layer)} vertices", cloth)]
 
@@ -344,7 +348,8 @@ def speed_table(figures) -> str:
     """ms a frame per engine and size, and the first prepare."""
     engines = [("neurok", "learned engine, rubber sphere"), ("reference", "reference simulator, same sphere"),
                ("blender_cloth", "Blender's cloth, same sphere"), ("cloth_latent", "cloth sheet, latent step alone (Low)"),
-               ("cloth_layer", "cloth sheet with its full-space layer"), ("blender_cloth_sheet", "Blender's cloth, same sheet")]
+               ("cloth_layer", "cloth sheet with its full-space layer"),
+               ("cloth_self_collision", "the same with self-collision"), ("blender_cloth_sheet", "Blender's cloth, same sheet")]
     sizes = sorted({round(v / 1000) for rows in figures["speed"].values() for v, _, _ in rows})
     lines = ["| engine | " + " | ".join(f"{_k(1000 * s)} vertices" for s in sizes) + " | first prepare |",
              "|---|" + "---|" * (len(sizes) + 1)]

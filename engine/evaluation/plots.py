@@ -65,9 +65,10 @@ def make_figures(result, stress, bench_result, ablations, fig_dir):
     # time vs vertices
     if bench_result["rows"]:
         fig, ax = plt.subplots(figsize=(5.4, 3.8))
-        keys = sorted({(r["engine"], r["device"]) for r in bench_result["rows"]})
+        line = lambda r: (r["engine"] + (", self-collision" if r.get("self_collision") else ""), r["device"])  # noqa: E731
+        keys = sorted({line(r) for r in bench_result["rows"]})
         for k, (eng, dev) in enumerate(keys):
-            rs = sorted([r for r in bench_result["rows"] if r["engine"] == eng and r["device"] == dev], key=lambda r: r["vertices"])
+            rs = sorted([r for r in bench_result["rows"] if line(r) == (eng, dev)], key=lambda r: r["vertices"])
             ax.plot([r["vertices"] for r in rs], [r["ms_per_frame"] for r in rs], "o-", label=f"{eng} ({dev})", color=f"C{k}")
         ax.plot([10000, 100000], [TARGETS["ms_10k"], TARGETS["ms_100k"]], "k*", ms=10, label="targets (neurok)")
         ax.set_xscale("log"); ax.set_yscale("log")
