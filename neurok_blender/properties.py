@@ -216,7 +216,7 @@ class NeurokObjectSettings(bpy.types.PropertyGroup):
                               "cloth skips the full-space layer (it bends as a smooth card)"),
                ('MEDIUM', "Medium", "As many handles as the shape asks for: a compact solid 8, a square of cloth "
                                     "32, a slender beam about 40; cloth also takes the full-space layer that "
-                                    "lets it crease, hinge at its pins and hang (about 19 ms a frame per "
+                                    "lets it crease, hinge at its pins and hang (about 21 ms a frame per "
                                     "1,000 vertices)"),
                ('HIGH', "High", "Twice the handles (up to 64): finer folds, ripples and bends, 2-4x slower per "
                                 "frame and a longer first preparation; cloth takes the full-space layer as at "

@@ -45,7 +45,7 @@ DETAILS = ("low", "medium", "high")   # scene key "detail": the learned engine's
 # at its pins, drapes) at any size; at low it bends as one smooth card (fast previews). The layer
 # costs about this many ms a frame per 1,000 vertices on one core (`neurok bench`'s 100k cloth row);
 # the Material panel names the cost from this size on.
-SHEET_LAYER_MS_PER_1000_VERTICES = 19
+SHEET_LAYER_MS_PER_1000_VERTICES = 21
 SHEET_LAYER_NOTE_FROM_VERTICES = 20_000
 
 
