@@ -14,11 +14,11 @@ size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed s
 - reference: the full-space simulator on the same setup (encode_ms = building the lattice,
   elements and pins). Its frames are capped (`reference_frames`; 3 at 50k vertices and more):
   its cost per frame hardly depends on the frame, and the row says how many were run.
-- neurok_cloth (sizes up to 10k): the learned engine on a 1 m square sheet of cloth hung by its
+- neurok_cloth (sizes up to 100k): the learned engine on a 1 m square sheet of cloth hung by its
   top edge in a sine gust (`CLOTH_SCENE`); its subspace has as many handles as its area asks
   (`learned/subspace.resolution`: 32), and `handles` / `coordinates` are in every neurok row.
-  `sheet_layer` says whether the full-space layer ran (`learned/sheet_layer.py`; by default up to
-  10,000 vertices); a size beyond that gets a second row with the layer on, its note says so.
+  `sheet_layer` says whether the full-space layer ran (`learned/sheet_layer.py`; by default at
+  every size at Medium detail, the bench's).
   `closures` whether the learned closures acted (off under the layer: `runtime.RunConfig`).
   A further row at each size runs the same sheet with the scene key "self_collision": true (the
   layer's thickness layer against the sheet's folds, Blender's 5 mm; off by default), the layer on:
@@ -354,11 +354,6 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
                              torch_threads=torch.get_num_threads()))
             if bar:
                 bar.update(1, postfix=f"neurok cloth {len(sheet.vertices)} v: {r['ms_per_frame']:.1f} ms/frame")
-            if not r["sheet_layer"]:       # a sheet too large for the layer by default: what it costs with it
-                r = bench_neurok(engines["cpu"], bench_setup(sheet, frames, CLOTH_SCENE), "cpu", sheet_layer="on")
-                rows.append(dict({"engine": "neurok_cloth", "device": "cpu", "vertices": int(len(sheet.vertices))}, **r,
-                                 torch_threads=torch.get_num_threads(),
-                                 note="with the sheet layer (off by default at this size)"))
             r = bench_neurok(engines["cpu"], bench_setup(sheet, frames, dict(CLOTH_SCENE, self_collision=True)), "cpu",
                              sheet_layer="on")
             rows.append(dict({"engine": "neurok_cloth", "device": "cpu", "vertices": int(len(sheet.vertices))}, **r,
