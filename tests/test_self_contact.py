@@ -10,8 +10,9 @@ import scipy.sparse as sp
 
 from engine.core.errors import FormatError
 from engine.core.geometry import face_edges
-from engine.core.self_contact import (SheetSelfContact, pair_distance, pair_nodes, point_triangle, proximity,
-                                      relative_motion, self_contact_penalty)
+from engine.core.closest_points import pair_distance, point_triangle
+from engine.core.self_contact import (SheetSelfContact, pair_nodes, proximity, relative_motion,
+                                      self_contact_penalty)
 
 D = 0.005       # the thickness: Blender's default Self Collision Distance
 

@@ -33,7 +33,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.spatial import cKDTree
 
-from ..core.self_contact import edge_edge, in_sorted, pair_distance, point_triangle  # noqa: F401 (tests)
+from ..core.closest_points import edge_edge, pair_distance, point_triangle  # noqa: F401 (tests)
+from ..core.self_contact import in_sorted
 
 D_HAT = 0.25            # contact band, in half-cell sizes
 EXCLUDE = 0.9           # pairs nearer than this many half-cell sizes at rest are never checked
