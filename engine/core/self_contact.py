@@ -146,10 +146,13 @@ def _row_keys(rows):
 def relative_motion(move, nodes, is_vt):
     """Bound [K] on how much each pair's distance changes when its vertices move by `move` [N,3]
     (or any share of it): vertex-triangle, the largest motion of a corner relative to the vertex;
-    edge-edge, of the first edge's far end and of the other edge's ends relative to its first."""
-    m = np.take(move, nodes, axis=0)
-    to_first = np.linalg.norm(m[:, 1:] - m[:, :1], axis=2)
-    return np.where(is_vt, to_first.max(axis=1), to_first[:, 0] + to_first[:, 1:].max(axis=1))
+    edge-edge, of the first edge's far end and of the other edge's ends relative to its first
+    (`_relative_motion`, which the search screens with, per kind of pair)."""
+    nodes, is_vt = np.asarray(nodes), np.asarray(is_vt, bool)
+    rows, out = _coordinate_rows(move), np.empty(len(nodes))
+    for kind in (True, False):
+        out[is_vt == kind] = _relative_motion(_gather(rows, nodes[is_vt == kind]), kind)
+    return out
 
 
 # --------------------------------------------------------------------------- cheap screens
