@@ -72,8 +72,9 @@ def vertex_masses(setup) -> np.ndarray:
 
 class PrefactoredSolve:
     """A sparse symmetric system factored once, solved in single precision: a preconditioner needs
-    no more digits, and the solve is bound by reading the factor (half the bytes: 1.17 -> 1.04 ms
-    at 10k vertices, 26.7 -> 20.3 ms at 100k, three right-hand sides, one core)."""
+    no more digits, and the solve is bound by reading the factor (half the bytes: 1.15 -> 1.05 ms
+    at 10k vertices, 24.9 -> 19.4 ms at 100k, three right-hand sides, one core:
+    `experiments/sheet_solve_cost.py`)."""
 
     def __init__(self, matrix):
         self.lu = spla.splu(matrix.astype(np.float32).tocsc(), permc_spec="MMD_AT_PLUS_A")
