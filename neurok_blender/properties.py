@@ -232,6 +232,11 @@ class NeurokObjectSettings(bpy.types.PropertyGroup):
         name="Distance", default=0.005, min=1e-4, soft_max=0.05, precision=4, subtype='DISTANCE', unit='LENGTH',
         description="Cloth self collision: the thickness layer no other part of the sheet may enter (Blender's "
                     "Self Collision Distance)")
+    self_friction: FloatProperty(
+        name="Friction", default=0.5, min=0.0, soft_max=1.5, precision=2,
+        description="Cloth self collision: Coulomb's coefficient between the sheet's layers where they touch "
+                    "(0: they slide freely; cotton on cotton about 0.5). The layers stick below the slope whose "
+                    "tangent it is")
     stiffness: FloatProperty(
         name="Stiffness", default=PRESETS["rubber"]["stiffness"], min=1e-3, soft_min=10.0, soft_max=1e7, precision=0,
         update=_slider_moved,

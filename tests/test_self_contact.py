@@ -224,7 +224,8 @@ def test_penalty_gradient_is_the_energy_s_finite_difference_and_its_hessian_is_p
     Hd = H.toarray()
     # each pair's block is k (w w^T) (x) n n^T on its four vertices
     J = np.zeros((len(pairs), len(y), 3))
-    np.add.at(J, (np.arange(len(pairs))[:, None], pairs.nodes), pairs.weights[:, :, None] * pairs.normal[:, None, :])
+    direction = pairs.gaps(y)[1]
+    np.add.at(J, (np.arange(len(pairs))[:, None], pairs.nodes), pairs.weights[:, :, None] * direction[:, None, :])
     J = J.reshape(len(pairs), -1)
     assert np.allclose(Hd, J.T @ ((pairs.k * (depth > 0))[:, None] * J), rtol=1e-12, atol=1e-12 * np.abs(Hd).max())
     assert np.allclose(Hd, Hd.T)
@@ -324,7 +325,9 @@ def test_self_collision_scene_key():
     assert setup_from_scene(mesh, dict(base, self_collision=True)).self_collision == D
     assert setup_from_scene(mesh, dict(base, self_collision=False)).self_collision is None
     assert setup_from_scene(mesh, dict(base, self_collision={"distance": 0.01})).self_collision == 0.01
-    for bad in ({"distance": -1}, {"distance": "5mm"}, {"thickness": 0.01}, 0.005, "yes"):
+    assert setup_from_scene(mesh, dict(base, self_collision=True)).self_friction == 0.5     # cloth on cloth
+    assert setup_from_scene(mesh, dict(base, self_collision={"friction": 0.2})).self_friction == 0.2
+    for bad in ({"distance": -1}, {"distance": "5mm"}, {"thickness": 0.01}, {"friction": -0.1}, 0.005, "yes"):
         with pytest.raises(FormatError, match="self_collision"):
             setup_from_scene(mesh, dict(base, self_collision=bad))
 
@@ -334,10 +337,16 @@ def test_a_recorded_sequence_replays_with_its_self_collision(tmp_path):
     from engine.core.scene import setup_from_scene, setup_from_sequence
     mesh = Mesh(*grid(3, 0.1))
     base = {"format": "neurok.scene/1", "frames": 2, "material": {"preset": "cloth"}}
-    for key, distance in ((None, None), ({"distance": 0.01}, 0.01)):
+    for key, distance in ((None, None), ({"distance": 0.01, "friction": 0.3}, 0.01)):
         setup = setup_from_scene(mesh, base if key is None else dict(base, self_collision=key))
         write_sequence(tmp_path / "seq.npz", setup.to_sequence(np.stack([setup.x0, setup.x0])))
-        assert setup_from_sequence(read_sequence(tmp_path / "seq.npz")).self_collision == distance
+        replay = setup_from_sequence(read_sequence(tmp_path / "seq.npz"))
+        assert replay.self_collision == distance
+        assert distance is None or replay.self_friction == 0.3
+    # one recorded before the layers had friction replays without it, as it was made
+    seq = setup.to_sequence(np.stack([setup.x0, setup.x0]))
+    del seq.meta["self_friction"]
+    assert setup_from_sequence(seq).self_friction == 0.0
 
 
 def pressed(self_collision, engine, frames=16, top=0.008):
@@ -379,3 +388,84 @@ def test_a_folded_sheet_pressed_between_two_colliders_never_passes_through(engin
     # the layers held apart by their thickness (the learned engine's 20 iterations a substep leave the
     # penalty partly compressed)
     assert min(gaps[-4:]) > (0.9 if engine == "reference" else 0.5) * D
+
+
+# --------------------------------------------------------------------------- friction between the layers
+
+SLOPE = np.radians(25.0)
+G = 9.81
+
+
+def sheet_on_a_sheet(mu, engine, frames=13):
+    """A 0.1 m square of cloth dropped from 2 cm onto a 0.6 x 0.3 m sheet held flat by its pins, under gravity
+    tilted by 25 degrees (the slope seen in its own frame, as tests/test_friction.py's ramp), the
+    layers' friction `mu`: the square's mean path down the slope [frames + 1] (metres)."""
+    from engine.api import open_engine
+    from engine.core.formats import Mesh
+    from engine.core.scene import setup_from_scene
+    from engine.reference.simulator import ReferenceSimulator
+    lower, lower_faces = grid(31, 0.02)
+    upper, upper_faces = grid(6, 0.02, (0.01 + 0.02 / 3, 0.1 + 0.04 / 3, 4 * D))     # dropped onto it
+    vertices, faces = np.vstack([lower, upper]), np.vstack([lower_faces, upper_faces + len(lower)])
+    held = (np.arange(len(vertices)) < len(lower)).astype(float)
+    scene = {"format": "neurok.scene/1", "frames": frames, "dt": 1 / 24,
+             "material": {"preset": "cloth", "air_damping": 0.0},
+             "gravity": [G * np.sin(SLOPE), 0.0, -G * np.cos(SLOPE)],
+             "pins": [{"select": {"weights": held.tolist()}}],
+             "self_collision": {"distance": D, "friction": mu}}
+    setup = setup_from_scene(Mesh(vertices, faces), scene)
+    xs = (np.stack(list(ReferenceSimulator(setup).iter_frames())) if engine == "reference"
+          else np.asarray(open_engine("neurok").prepare(setup).bake()))
+    square = held == 0
+    return xs[:, square, 0].mean(axis=1) - xs[0, square, 0].mean(), xs[:, square, 2].min(axis=1)
+
+
+@pytest.mark.parametrize("mu", [0.0, 0.3, 0.6])
+def test_a_sheet_slides_on_a_sheet_as_coulomb_says(mu):
+    """In the reference: frictionless, the square slides down at g sin 25 = 4.15 m/s^2 (the layer
+    has no edges to climb); with mu = 0.3 at g (sin - mu cos) = 1.48 m/s^2; with mu = 0.6 it
+    stays where it landed (static friction: < 1 mm in 0.4 s)."""
+    path, lowest = sheet_on_a_sheet(mu, "reference")
+    t = np.arange(len(path)) / 24
+    late = t >= 0.25                                    # landed at 0.06 s; the first contact settled
+    accel = 2.0 * np.polyfit(t[late], path[late], 2)[0]
+    print(f"mu {mu}: path {np.round(1000 * path, 1).tolist()} mm, acceleration {accel:.3f} m/s^2, "
+          f"lowest {1000 * lowest.min():.2f} mm")
+    assert lowest.min() > 0.9 * D                        # on the lower sheet's layer throughout
+    if mu < np.tan(SLOPE):
+        assert accel == pytest.approx(G * (np.sin(SLOPE) - mu * np.cos(SLOPE)), rel=0.05)
+    else:
+        assert abs(path[-1] - path[t >= 0.125][0]) < 1e-3
+
+
+def test_friction_between_the_layers_is_exact_and_opposes_the_slide():
+    """The layers' friction potential: its gradient is its energy's finite difference, its
+    Hessian positive semi-definite, it pulls the two layers against their relative slide with
+    mu lambda per touching pair while they slide, and it moves no momentum (each pair's forces sum
+    to zero)."""
+    from engine.core.self_contact import LayerFriction
+    contact, pairs, x, _ = pressed_together()
+    y = x.copy()
+    half = len(x) // 2
+    y[half:, 2] -= 0.001                                # 2 mm apart: 3 mm into the layer
+    friction = LayerFriction.of(pairs, y, D, 0.4)
+    assert friction is not None and len(friction.nodes) > 50
+    straight = np.abs(friction.normal[:, 2]) > 1 - 1e-12
+    assert straight.sum() >= 50
+    assert friction.weight[straight] == pytest.approx(0.4 * pairs.k[pairs.gaps(y)[0] < D][straight] * 0.003, rel=1e-9)
+    h = 1 / 96
+    slid = y.copy()
+    slid[half:] += [0.002, 0.001, 0.0]                  # the upper layer slides 2.2 mm: sliding regime
+    energy, grad, H = friction.terms(slid, y, h)
+    assert np.allclose(grad.sum(axis=0), 0.0, atol=1e-12 * np.abs(grad).max())
+    along = np.array([2.0, 1.0, 0.0]) / np.sqrt(5.0)
+    pull = grad[half:].sum(axis=0)                      # the friction force on the upper layer is -pull
+    assert pull @ along == pytest.approx(friction.weight.sum(), rel=1e-6)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        u = rng.standard_normal(y.shape)
+        eps = 1e-9
+        fd = (friction.terms(slid + eps * u, y, h, False)[0] - friction.terms(slid - eps * u, y, h, False)[0]) / (2 * eps)
+        assert fd == pytest.approx(float(np.sum(grad * u)), rel=1e-5)
+    eig = np.linalg.eigvalsh(H.toarray())
+    assert eig.min() > -1e-9 * eig.max()

@@ -90,12 +90,19 @@ def changed(old, new, share: float = 0.1) -> bool:
 def coulomb_terms(contacts: FrictionContacts, x, x_prev, h: float):
     """(energy, gradient [A,3], Hessian blocks [A,3,3]) of the friction potential at points x [P,3]
     (metres; positions at the step's start: x_prev), per contact."""
-    i, n = contacts.index, contacts.normal
-    slide = x[i] - x_prev[i] - contacts.surface_slide
+    i = contacts.index
+    return slide_terms(x[i] - x_prev[i] - contacts.surface_slide, contacts.normal, contacts.weight, h)
+
+
+def slide_terms(slide, normal, weight, h: float):
+    """(energy, gradient [A,3], Hessian blocks [A,3,3]) of the friction potential of contacts that
+    slid by `slide` [A,3] over a step h (each relative to what it touches), with unit normals
+    [A,3] and weights mu lambda [A]: the gradient and Hessian are with respect to the slide."""
+    n = normal
     u = slide - np.einsum("ai,ai->a", slide, n)[:, None] * n
     y = np.linalg.norm(u, axis=1)
     f0, f1_over_y, f1_prime = smoothed_slide(y, FRICTION_SLIP_SPEED * h)
-    w = contacts.weight
+    w = weight
     unit = u / np.maximum(y, 1e-300)[:, None]
     uu = np.einsum("ai,aj->aij", unit, unit)
     tangent = np.eye(3)[None] - np.einsum("ai,aj->aij", n, n)

@@ -12,6 +12,7 @@ PIN_OVER_MATERIAL = 1.0e3 # a pin is at least this many times stiffer (per kg) t
 FLOOR_OMEGA2 = 1.0e6      # s^-2, floor penalty stiffness per kg
 DEFAULT_SELF_DISTANCE = 0.005   # m: a cloth's self-collision thickness by default, Blender's Self Collision Distance
 FLOOR_FRICTION = 0.5      # the floor's Coulomb coefficient when a scene does not set it (engine/core/friction.py)
+SELF_FRICTION = 0.5       # Coulomb coefficient between a cloth's layers by default (woven cotton on itself: 0.5-0.6)
 
 
 def pin_omega2(w0sq: float) -> float:

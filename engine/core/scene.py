@@ -21,7 +21,7 @@ from .errors import FormatError, NeurokError
 from .fields import total_accel, vertex_normals
 from .formats import SCENE_FORMAT, Mesh, Sequence, atomic_write_text, brief
 from .material_params import MOONEY_RIVLIN, NEO_HOOKEAN, Material
-from .physics import DEFAULT_SELF_DISTANCE, FLOOR_FRICTION
+from .physics import DEFAULT_SELF_DISTANCE, FLOOR_FRICTION, SELF_FRICTION
 from .setup import DETAILS, Setup
 
 # Material presets, in the units of `Material` (engine/core/material_params.py).
@@ -261,21 +261,24 @@ def validate_scene(scene, where: str = "scene") -> dict:
         raise FormatError(f"{where}: 'initial' must be an object")
     initial["velocity"] = _vec3(f"{where}: initial.velocity", initial.get("velocity", [0.0, 0.0, 0.0]))
     if "self_collision" in out:         # only when given: a scene without it keeps its digest
-        distance = self_collision_distance(out["self_collision"], where)
-        out["self_collision"] = None if distance is None else {"distance": distance}
+        distance, friction = self_collision_setting(out["self_collision"], where)
+        out["self_collision"] = None if distance is None else {"distance": distance, "friction": friction}
     return out
 
 
-def self_collision_distance(value, where: str) -> float | None:
-    """The scene key "self_collision" (a cloth's self-contact): true (Blender's default distance),
-    {"distance": metres}, or false / null (off) -> the thickness in metres, or None."""
+def self_collision_setting(value, where: str) -> tuple[float | None, float]:
+    """The scene key "self_collision" (a cloth's self-contact): true (Blender's default distance
+    and our default friction between the layers), {"distance": metres, "friction": mu} (either
+    may be left out), or false / null (off) -> (the thickness in metres or None, mu)."""
     if value is None or value is False:
-        return None
+        return None, SELF_FRICTION
     if value is True:
-        return DEFAULT_SELF_DISTANCE
-    if not isinstance(value, dict) or set(value) != {"distance"}:
-        raise FormatError(f"{where}: 'self_collision' must be true, false or {{'distance': metres}}, got {brief(value)}")
-    return _number(f"{where}: self_collision.distance", value["distance"], positive=True)
+        value = {}
+    if not isinstance(value, dict) or not set(value) <= {"distance", "friction"}:
+        raise FormatError(f"{where}: 'self_collision' must be true, false or {{'distance': metres, 'friction': mu}}, "
+                          f"got {brief(value)}")
+    return (_number(f"{where}: self_collision.distance", value.get("distance", DEFAULT_SELF_DISTANCE), positive=True),
+            _number(f"{where}: self_collision.friction", value.get("friction", SELF_FRICTION), non_negative=True))
 
 
 def validate_collider(col, where: str) -> None:
@@ -378,20 +381,22 @@ def setup_from_scene(mesh: Mesh, scene: dict, vertex_groups: dict | None = None,
                 off = [np.interp(t, kf, [k[1][c] for k in keys]) for c in range(3)]
                 pin_targets[t, mask] = rest[mask] + np.asarray(off)
     floor = scene.get("floor")
+    distance, self_friction = self_collision_setting(scene.get("self_collision"), where)
     return setup_from_arrays(mesh, frames=frames, dt=scene["dt"], gravity=scene["gravity"], material=scene["material"],
                              pin_weight=pin_weight, pin_targets=pin_targets, force_terms=force_terms,
                              floor_z=None if floor is None else floor["z"],
                              floor_friction=FLOOR_FRICTION if floor is None else floor["friction"], velocity=scene["initial"]["velocity"],
                              colliders=[collider_from_dict(c) for c in scene["colliders"]],
                              meta={"scene": scene.get("meta", {})}, mesh_warnings=warnings, where=where,
-                             detail=scene["detail"], self_collision=self_collision_distance(scene.get("self_collision"), where))
+                             detail=scene["detail"], self_collision=distance, self_friction=self_friction)
 
 
 def setup_from_arrays(mesh: Mesh, *, frames: int, dt: float, gravity, material: dict, pin_weight=None,
                       pin_targets=None, force_terms=(), accel_table=None, floor_z: float | None = None,
                       floor_friction: float = FLOOR_FRICTION,
                       velocity=(0.0, 0.0, 0.0), colliders=(), effectors=(), detail: str = "medium",
-                      self_collision: float | None = None, meta: dict | None = None, mesh_warnings: list | None = None, where: str = "setup") -> Setup:
+                      self_collision: float | None = None, self_friction: float = SELF_FRICTION, meta: dict | None = None,
+                      mesh_warnings: list | None = None, where: str = "setup") -> Setup:
     """A Setup from per-vertex arrays (world space, metres and seconds); the material is filled from
     its preset and checked, shapes checked, and the mesh checked unless its `mesh_warnings` are
     given (they go to `meta["warnings"]`)."""
@@ -416,7 +421,8 @@ def setup_from_arrays(mesh: Mesh, *, frames: int, dt: float, gravity, material: 
                  meta=dict(meta or {}, warnings=warnings), colliders=list(colliders), effectors=list(effectors),
                  detail=check_detail(detail, where),
                  self_collision=None if self_collision is None else _number(f"{where}: self_collision", self_collision,
-                                                                            positive=True)))
+                                                                            positive=True),
+                 self_friction=_number(f"{where}: self_friction", self_friction, non_negative=True)))
 
 
 def with_notes(setup: Setup) -> Setup:
@@ -450,7 +456,9 @@ def setup_from_sequence(seq: Sequence) -> Setup:
                  accel_table=None if seq.external_accel is None else seq.external_accel.astype(np.float64),
                  floor_z=seq.floor_z, floor_friction=FLOOR_FRICTION if seq.floor_friction is None else seq.floor_friction,
                  vertex_mass=None if seq.vertex_mass is None else seq.vertex_mass.astype(np.float64),
-                 self_collision=seq.meta.get("self_collision"), meta=dict(seq.meta)))
+                 self_collision=seq.meta.get("self_collision"),
+                 # recorded before the layers had friction: frictionless, as it was made
+                 self_friction=seq.meta.get("self_friction", 0.0), meta=dict(seq.meta)))
 
 
 # --------------------------------------------------------------------------- scene files
@@ -494,7 +502,7 @@ def scene_from_setup(setup: Setup, material: dict | None = None, pin_strength: f
              "initial": {"velocity": [float(x) for x in setup.v0[0]] if len(setup.v0) else [0.0, 0.0, 0.0]},
              "detail": setup.detail}
     if setup.self_collision:
-        scene["self_collision"] = {"distance": float(setup.self_collision)}
+        scene["self_collision"] = {"distance": float(setup.self_collision), "friction": float(setup.self_friction)}
     if meta is not None:
         scene["meta"] = meta
     return scene

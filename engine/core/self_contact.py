@@ -18,6 +18,9 @@ that enter that thickness (the floor's law, core/physics.py).
   substep) and the penalty E = k/2 (d - g)^2 (g < d; k = FLOOR_OMEGA2 times the pair's mass) is
   convex with exact gradient and Hessian, each pair's block k (w w^T) (x) n n^T
   (`self_contact_penalty`).
+- `LayerFriction`: Coulomb friction between the layers, the law of core/friction.py on each
+  touching pair's relative slide sum_i w_i (x_i - x_n,i), its normal force k depth lagged (taken
+  at a given state, as the floor's is).
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .closest_points import pair_distance, pair_distances
+from .friction import slide_terms
 from .geometry import face_edges
 from .physics import FLOOR_OMEGA2
 
@@ -385,45 +389,124 @@ def _touching(cells):
 
 @dataclass(frozen=True)
 class ContactPairs:
-    """A substep's self-contact pairs: vertices [K,4], weights [K,4] (the gap vector is
-    sum_i w_i x_i), fixed unit directions [K,3], penalty stiffness [K] (N/m), and the gaps'
-    Jacobian G [K,3N] (sparse: row k holds w_i n_k at vertex i's coordinates), so that the gaps
-    at x are G x (x flattened)."""
+    """A substep's self-contact pairs: vertices [K,4], weights [K,4] (their closest points at the
+    substep's start: sum_i w_i x_i is the vector between those two material points), the
+    directions at the start [K,3] (which side the vertex, or the first edge, was on), the
+    triangle's (the edges') unit normal at the start turned to that side [K,3], penalty stiffness
+    [K] (N/m), whether each pair's closest points were inside both its triangle (edges) [K], and
+    the map from x (flattened) to those vectors, `between` [3K,3N] (sparse: w_i at vertex
+    i's coordinates)."""
     nodes: np.ndarray
     weights: np.ndarray
     normal: np.ndarray
+    plane: np.ndarray
     k: np.ndarray
-    G: sp.csr_matrix
+    inside: np.ndarray
+    between: sp.csr_matrix
 
     @classmethod
-    def build(cls, nodes, weights, normal, k, n):
-        J = (weights[:, :, None] * normal[:, None, :]).reshape(len(nodes), 12)
-        dofs = (3 * nodes[:, :, None] + np.arange(3)).ravel()
-        G = sp.csr_matrix((J.ravel(), dofs, 12 * np.arange(len(nodes) + 1)), shape=(len(nodes), 3 * n))
-        return cls(nodes, weights, normal, k, G)
+    def build(cls, nodes, weights, normal, k, n, plane=None):
+        K = len(nodes)
+        cols = (3 * nodes[:, None, :] + np.arange(3)[None, :, None]).reshape(3 * K, 4)   # row 3k+c: coordinate c
+        vals = np.broadcast_to(weights[:, None, :], (K, 3, 4)).reshape(3 * K, 4)
+        between = sp.csr_matrix((vals.ravel(), cols.ravel(), 4 * np.arange(3 * K + 1)), shape=(3 * K, 3 * n))
+        inside = np.all(weights[:, 1:] != 0.0, axis=1)
+        return cls(nodes, weights, normal, normal if plane is None else plane, k, inside, between)
 
     def __len__(self):
         return len(self.nodes)
 
+    def gaps(self, x):
+        """Each pair's gap [K] at x [N,3] and the unit vector [K,3] along which it grows. A pair
+        whose closest points were inside its triangle (edges) keeps that plane: its gap is the
+        height over it along the start's direction (linear in x: the sheet may slide along the
+        plane as far as it likes). One whose closest point was on the triangle's edge or corner
+        has none: its gap is the distance between its two material points, negative where the
+        vertex has crossed its triangle's plane (as it was at the start) to the other side. Along
+        the start's direction instead, a vertex sliding past such an edge would climb it (that
+        direction leans); signed by that direction, one sliding fast past it would snag."""
+        d = (self.between @ np.ravel(x)).reshape(-1, 3)
+        along = np.einsum("ki,ki->k", d, self.normal)
+        length = np.linalg.norm(d, axis=1)
+        side = np.where(np.einsum("ki,ki->k", d, self.plane) < 0.0, -1.0, 1.0)
+        point = ~self.inside & (length > 1e-12)
+        gap = np.where(point, side * length, along)
+        direction = np.where(point[:, None], side[:, None] * d / np.where(point, length, 1.0)[:, None], self.normal)
+        return gap, direction
+
 
 def self_contact_penalty(x, pairs: ContactPairs, distance: float, need_hess=True):
-    """The thickness layer's penalty at x [N,3]: E = sum k/2 depth^2, depth = max(d - g, 0) with
-    g = n . sum_i w_i x_i each pair's gap along its fixed direction. Returns (energy, gradient
-    [N,3], Hessian [3N,3N] sparse = G^T diag(k [depth > 0]) G (exact, positive semi-definite:
-    each pair's block is k (w w^T) (x) n n^T; None without `need_hess`), depth [K])."""
+    """The thickness layer's penalty at x [N,3]: E = sum k/2 depth^2, depth = max(d - g, 0) with g
+    each pair's gap (`ContactPairs.gaps`: its height over its triangle's plane, or the distance
+    between its two material points where it has no plane; negative where it has passed
+    through). Returns (energy, gradient [N,3], Hessian [3N,3N] sparse, its Gauss-Newton
+    part: each pair's block k (w w^T) (x) n n^T with n the gap's direction, positive
+    semi-definite; None without `need_hess`), depth [K])."""
     n = len(x)
     if not len(pairs):
         return 0.0, np.zeros_like(x), sp.csr_matrix((3 * n, 3 * n)) if need_hess else None, np.zeros(0)
-    depth = np.maximum(distance - pairs.G @ np.ravel(x), 0.0)
+    gap, direction = pairs.gaps(x)
+    depth = np.maximum(distance - gap, 0.0)
     push = pairs.k * depth
-    grad = -(pairs.G.T @ push).reshape(n, 3)          # dE/dx_i = -k depth w_i n for each pair's vertex i
+    # dE/dx_i = -k depth w_i n for each pair's vertex i
+    grad = -(pairs.between.T @ (push[:, None] * direction).ravel()).reshape(n, 3)
     # in x's memory order: the sheet layer's vectors are column-major, and a sum with a row-major
     # gradient would be row-major, every later view of it a copy (a tenth of a 10k sheet's frame)
     grad = np.asfortranarray(grad) if np.isfortran(x) else grad
     hess = None
     if need_hess:
-        hess = (pairs.G.T @ sp.diags(pairs.k * (depth > 0)) @ pairs.G).tocsr()
+        J = _gap_jacobian(pairs, direction, n)
+        hess = (J.T @ sp.diags(pairs.k * (depth > 0)) @ J).tocsr()
     return 0.5 * float(np.dot(push, depth)), grad, hess, depth
+
+
+def _gap_jacobian(pairs: ContactPairs, direction, n):
+    """[K,3N] sparse: row k holds w_i n_k at vertex i's coordinates."""
+    J = (pairs.weights[:, :, None] * direction[:, None, :]).reshape(len(pairs), 12)
+    dofs = (3 * pairs.nodes[:, :, None] + np.arange(3)).ravel()
+    return sp.csr_matrix((J.ravel(), dofs, 12 * np.arange(len(pairs) + 1)), shape=(len(pairs), 3 * n))
+
+
+@dataclass(frozen=True)
+class LayerFriction:
+    """Coulomb friction between a sheet's layers over one substep: the touching pairs' vertices
+    [K,4], weights [K,4] and directions [K,3] (of `ContactPairs`), and `weight` = mu lambda [K],
+    lambda = k depth at the state the normal forces were taken at (lagged)."""
+    nodes: np.ndarray
+    weights: np.ndarray
+    normal: np.ndarray
+    weight: np.ndarray
+
+    @classmethod
+    def of(cls, pairs: ContactPairs, x, distance: float, mu: float) -> "LayerFriction | None":
+        """The friction of the pairs that touch at x [N,3] (None: none do, or mu = 0)."""
+        if pairs is None or not len(pairs) or mu <= 0.0:
+            return None
+        depth = np.maximum(distance - pairs.gaps(x)[0], 0.0)
+        on = depth > 0.0
+        if not on.any():
+            return None
+        return cls(pairs.nodes[on], pairs.weights[on], pairs.normal[on], mu * pairs.k[on] * depth[on])
+
+    def terms(self, x, x_n, h: float, need_hess=True):
+        """(energy, gradient [N,3], Hessian [3N,3N] sparse or None) of the friction potential at x
+        [N,3] for a substep h from x_n (`core.friction.slide_terms` on each pair's relative slide)."""
+        n = len(x)
+        slide = np.einsum("kj,kji->ki", self.weights, np.take(x, self.nodes, axis=0) - np.take(x_n, self.nodes, axis=0))
+        energy, g_slide, H_blocks = slide_terms(slide, self.normal, self.weight, h)
+        grad = np.empty_like(x, order="F" if np.isfortran(x) else "C")
+        corners, per_corner = self.nodes.ravel(), self.weights[:, :, None] * g_slide[:, None, :]
+        for c in range(3):
+            grad[:, c] = np.bincount(corners, per_corner[:, :, c].ravel(), minlength=n)
+        hess = None
+        if need_hess:
+            # each pair's block (w w^T) (x) H_k, at its corners' coordinates
+            vals = np.einsum("ki,kj,kab->kiajb", self.weights, self.weights, H_blocks)
+            dof = 3 * self.nodes[:, :, None] + np.arange(3)                      # [K,4,3]
+            rows = np.broadcast_to(dof[:, :, :, None, None], vals.shape)
+            cols = np.broadcast_to(dof[:, None, None, :, :], vals.shape)
+            hess = sp.csr_matrix((vals.ravel(), (rows.ravel(), cols.ravel())), shape=(3 * n, 3 * n))
+        return energy, grad, hess
 
 
 class SheetSelfContact:
@@ -514,12 +597,12 @@ class SheetSelfContact:
         across *= np.where(np.einsum("ki,ki->k", across, diff) < 0, -1.0, 1.0)[:, None]
         touching = dist <= 1e-9 * self.distance
         normal = np.where(touching[:, None], across, diff)
-        length = np.linalg.norm(normal, axis=1)
-        ok = length > 0
-        normal = normal[ok] / length[ok, None]
+        length, across_length = np.linalg.norm(normal, axis=1), np.linalg.norm(across, axis=1)
+        ok = (length > 0) & (across_length > 0)
+        normal, plane = normal[ok] / length[ok, None], across[ok] / across_length[ok, None]
         nodes, w = nodes[ok], w[ok]
         k = FLOOR_OMEGA2 * 0.5 * np.einsum("kj,kj->k", np.abs(w), self.mass[nodes])
-        return ContactPairs.build(nodes, w, normal, k, len(x_n))
+        return ContactPairs.build(nodes, w, normal, k, len(x_n), plane)
 
     def _within_reach(self, x_n, move, vt, ee):
         """Of candidate pairs vt [K,2], ee [L,2], those whose distance at x_n less their corners'

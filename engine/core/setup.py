@@ -16,7 +16,7 @@ from .errors import FormatError
 from .fields import Effector
 from .formats import Sequence
 from .material_params import Material
-from .physics import FLOOR_FRICTION
+from .physics import FLOOR_FRICTION, SELF_FRICTION
 
 
 def profile_value(profile: dict, frame: float, dt: float) -> float:
@@ -89,6 +89,8 @@ class Setup:
     detail: str = "medium"
     # a cloth's self-collision thickness in metres (scene key "self_collision"); None: off
     self_collision: float | None = None
+    # the Coulomb coefficient between a cloth's layers where they touch (with self_collision)
+    self_friction: float = SELF_FRICTION
 
     @property
     def num_vertices(self) -> int:
@@ -127,6 +129,7 @@ class Setup:
                        meta=dict(self.meta, **(meta or {})))
         if self.self_collision:             # the format has no field for it: meta carries it to a replay
             seq.meta["self_collision"] = float(self.self_collision)
+            seq.meta["self_friction"] = float(self.self_friction)
         if self.pin_weight.any():
             seq.pin_target = self.pin_target_frames()[:len(positions)]  # a stopped run keeps fewer frames
         if self.vertex_mass is not None:

@@ -44,7 +44,7 @@ from ..core.fields import total_accel, vertex_normals
 from ..core.geometry import lumped_vertex_areas
 from ..core.mesh_physics import EdgeSprings, bending_matrix, coulomb_velocity, penalty_contact
 from ..core.physics import pin_stiffness
-from ..core.self_contact import SheetSelfContact, self_contact_penalty
+from ..core.self_contact import LayerFriction, SheetSelfContact, self_contact_penalty
 
 LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (fewer lose the flag's first fall: experiments/sheet_layer_designs.py)
 LAYER_MEMORY = 10              # curvature pairs kept
@@ -149,17 +149,21 @@ class SheetLayer:
             start = inertial
         # the folds' pairs: searched once a substep, over the motion to the iterations' start
         folds = self.self_contact.pairs(x_n, start) if self.self_contact is not None else None
-        energy = self.incremental_potential(frame, x_n, v_n, h, folds)
+        layers = (LayerFriction.of(folds, x_n, self.self_contact.distance, self.setup.self_friction)
+                  if folds is not None else None)
+        energy = self.incremental_potential(frame, x_n, v_n, h, folds, layers)
         history = list(history)         # the accepted state's pairs stay as they were
         x = quasi_newton(energy, as_columns(start), self._factor(h).solve, self.iterations, self.memory, history)
         v = self.friction((x - x_n) / h, x, h)
         return x_n + h * v, v, tuple(history)
 
-    def incremental_potential(self, frame, x_n, v_n, h, folds=None):
+    def incremental_potential(self, frame, x_n, v_n, h, folds=None, layers=None):
         """E(x) -> (energy, gradient [N,3]) of the substep from (x_n, v_n) (module docstring), with
         the Rayleigh damping's stiffness part taken at x_n (as the reference takes it); the energy
         up to a constant of the substep. `folds`: the substep's self-contact pairs
-        (`SheetSelfContact.pairs`), whose thickness-layer penalty joins the contact terms.
+        (`SheetSelfContact.pairs`), whose thickness-layer penalty joins the contact terms, and
+        `layers` the Coulomb friction between the layers where they touch (`LayerFriction`, its
+        normal forces taken at x_n: the reference's law).
 
         Everything but the springs is quadratic in x, so it is gathered once per substep into
         1/2 x.(a x + c Q x) - b.x: inertia, air drag and pins on the diagonal a, bending with its
@@ -212,6 +216,9 @@ class SheetLayer:
             if folds:
                 e_folds, g_folds, _, _ = self_contact_penalty(x, folds, self.self_contact.distance, need_hess=False)
                 energy, grad = energy + e_folds, grad + g_folds
+            if layers is not None:
+                e_layers, g_layers, _ = layers.terms(x, x_n, h, need_hess=False)
+                energy, grad = energy + e_layers, grad + g_layers
             return energy, grad
         return potential
 

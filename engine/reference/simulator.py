@@ -27,7 +27,7 @@ from ..core.errors import Cancelled, SimulationFault
 from ..core.geometry import lumped_vertex_areas
 from ..core.friction import changed
 from ..core.physics import FLOOR_OMEGA2
-from ..core.self_contact import SheetSelfContact
+from ..core.self_contact import LayerFriction, SheetSelfContact
 from ..core.setup import Setup
 from .budget import (BUDGET_RETRY_FACTOR, DEFAULT_BUDGET, RETRY_NEWTON_ITERATIONS, OutOfWork, SubstepWork, Work,
                      WorkBudgetExceeded, halvings, setup_load)
@@ -201,9 +201,9 @@ class ReferenceSimulator:
         Mh = self.M3 / h ** 2
         t_end = frame + end
         t_start = t_end - 1.0 / self.substeps
-        slip = self._slip(y_n, t_start, t_start, t_end)
         # a cloth's self-contact pairs: searched once a substep, over the motion to the inertial guess
         sheet_pairs = self.sheet_contact.pairs(y_n, y_pred.reshape(-1, 3)) if self.sheet_contact is not None else None
+        slip = self._slip(y_n, t_start, t_start, t_end, sheet_pairs)
 
         def total(yf, need_hess=True):
             self._check_cancel()
@@ -234,6 +234,9 @@ class ReferenceSimulator:
             if sheet_pairs is not None:
                 e_floor, g_floor, H_floor = _plus((e_floor, g_floor, H_floor),
                                                   self.sheet_contact.terms(x, sheet_pairs, need_hess))
+            if slip[2] is not None:             # friction between the cloth's layers
+                e_layers, g_layers, H_layers = slip[2].terms(x, x_prev, h, need_hess)
+                e_floor, g_floor, H_floor = _plus((e_floor, g_floor, H_floor), (e_layers, g_layers.ravel(), H_layers))
             if self._contact_on():
                 e_nodes, g_nodes, H_nodes = _plus((e_nodes, g_nodes, H_nodes), self.self_contact.terms(y, need_hess))
             energy = 0.5 * float(np.dot(Mh * dy, dy)) + e_el - float(np.dot(f_ext, yf)) + e_pin + e_floor \
@@ -250,7 +253,7 @@ class ReferenceSimulator:
 
         yf = self._newton(total, y_n.ravel(), h, v_n.ravel(), must_converge)
         for _ in range(FRICTION_UPDATES):
-            fresh = self._slip(yf.reshape(-1, 3), t_end, t_start, t_end)
+            fresh = self._slip(yf.reshape(-1, 3), t_end, t_start, t_end, sheet_pairs)
             if not any(changed(a, b) for a, b in zip(slip, fresh)):
                 break
             slip[:] = fresh
@@ -259,14 +262,16 @@ class ReferenceSimulator:
         self.v = (y_new - y_n) / h
         self.y = y_new
 
-    def _slip(self, y, frame, frame_start, frame_end):
-        """[vertex, node] friction contacts of the state y, found at `frame`: Coulomb friction's
-        normal forces, at the vertices and (a solid) at the lattice nodes that feel the floor and
-        colliders too."""
+    def _slip(self, y, frame, frame_start, frame_end, sheet_pairs=None):
+        """[vertex, node, layer] friction contacts of the state y, found at `frame`: Coulomb
+        friction's normal forces, at the vertices and (a solid) at the lattice nodes that feel the
+        floor and colliders too, and (a cloth) between its layers where `sheet_pairs` touch."""
         x = np.asarray(self.W @ y)
         nodes = (friction_contacts(self.setup, y, self.dof_mass, frame, frame_start, frame_end)
                  if self.lattice is not None else None)
-        return [friction_contacts(self.setup, x, self.vertex_mass, frame, frame_start, frame_end), nodes]
+        layers = (LayerFriction.of(sheet_pairs, x, self.sheet_contact.distance, self.setup.self_friction)
+                  if sheet_pairs is not None else None)
+        return [friction_contacts(self.setup, x, self.vertex_mass, frame, frame_start, frame_end), nodes, layers]
 
     def _newton(self, total, y0, h, v0, must_converge):
         """Minimise the incremental potential `total` by Newton with line search from the inertial

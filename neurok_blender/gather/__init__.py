@@ -76,6 +76,7 @@ def gather(context, obj, check_engine: bool = True) -> Inputs:
             floor_friction=float(scene.neurok.floor_friction),
             velocity=[float(x) for x in settings.initial_velocity], colliders=colliders, effectors=effectors,
             detail=settings.detail.lower(), self_collision=_self_collision(settings, material),
+            self_friction=float(settings.self_friction),
             meta={"source": "blender", "object": obj.name, "frame_start": start}, where=f"'{obj.name}'")
     except NeurokError as e:
         raise UserError(str(e).rstrip(".") + ".") from None

@@ -48,6 +48,7 @@ def draw_material(layout, st, vertices: int = 0) -> None:
         sub = row.row(align=True)
         sub.active = st.self_collision
         sub.prop(st, "self_distance")
+        sub.prop(st, "self_friction")
 
 
 class PHYSICS_PT_neurok_material(PhysicsSubPanel, bpy.types.Panel):
