@@ -94,15 +94,17 @@ def coulomb_terms(contacts: FrictionContacts, x, x_prev, h: float):
     return slide_terms(x[i] - x_prev[i] - contacts.surface_slide, contacts.normal, contacts.weight, h)
 
 
-def slide_terms(slide, normal, weight, h: float):
-    """(energy, gradient [A,3], Hessian blocks [A,3,3]) of the friction potential of contacts that
-    slid by `slide` [A,3] over a step h (each relative to what it touches), with unit normals
-    [A,3] and weights mu lambda [A]: the gradient and Hessian are with respect to the slide."""
+def slide_terms(slide, normal, weight, h: float, need_hess=True):
+    """(energy, gradient [A,3], Hessian blocks [A,3,3] or None) of the friction potential of
+    contacts that slid by `slide` [A,3] over a step h (each relative to what it touches), with unit
+    normals [A,3] and weights mu lambda [A]: the gradient and Hessian are with respect to the slide."""
     n = normal
     u = slide - np.einsum("ai,ai->a", slide, n)[:, None] * n
     y = np.linalg.norm(u, axis=1)
     f0, f1_over_y, f1_prime = smoothed_slide(y, FRICTION_SLIP_SPEED * h)
     w = weight
+    if not need_hess:
+        return float(np.sum(w * f0)), (w * f1_over_y)[:, None] * u, None
     unit = u / np.maximum(y, 1e-300)[:, None]
     uu = np.einsum("ai,aj->aij", unit, unit)
     tangent = np.eye(3)[None] - np.einsum("ai,aj->aij", n, n)

@@ -493,7 +493,7 @@ class LayerFriction:
         [N,3] for a substep h from x_n (`core.friction.slide_terms` on each pair's relative slide)."""
         n = len(x)
         slide = np.einsum("kj,kji->ki", self.weights, np.take(x, self.nodes, axis=0) - np.take(x_n, self.nodes, axis=0))
-        energy, g_slide, H_blocks = slide_terms(slide, self.normal, self.weight, h)
+        energy, g_slide, H_blocks = slide_terms(slide, self.normal, self.weight, h, need_hess)
         grad = np.empty_like(x, order="F" if np.isfortran(x) else "C")
         corners, per_corner = self.nodes.ravel(), self.weights[:, :, None] * g_slide[:, None, :]
         for c in range(3):
