@@ -224,10 +224,11 @@ class NeurokObjectSettings(bpy.types.PropertyGroup):
         description="How finely the learned engine lets the shape bend and fold (its number of handles); "
                     "the reference engine ignores it")
     self_collision: BoolProperty(
-        name="Self Collision", default=False,
+        name="Self Collision", default=True,
         description="Cloth: keep the sheet's folds apart by a thickness layer, so no part passes through another "
                     "(both engines; like Cloth ▸ Shape ▸ Self Collisions). Costs a search for close pairs once a "
-                    "substep, most where the sheet lies in many layers")
+                    "substep, most where the sheet lies in many layers (about 45% more a frame on a 10k-vertex "
+                    "sheet in a gust): turn it off for a sheet that never folds onto itself")
     self_distance: FloatProperty(
         name="Distance", default=0.005, min=1e-4, soft_max=0.05, precision=4, subtype='DISTANCE', unit='LENGTH',
         description="Cloth self collision: the thickness layer no other part of the sheet may enter (Blender's "

@@ -388,14 +388,17 @@ def child(phase: str, zip_path: str, work: str, out_json: str) -> None:
         pts = np.array([[0.2, 0, 0], [1.0, 0, 0], [0, 4.0, 0]])
         acc = fields.field_accel(pts, np.eye(4), p)
         assert np.allclose(acc[0], [2.0, 0, 0]) and np.allclose(acc[1], [2.0 * 1.5 ** -2, 0, 0]) and np.allclose(acc[2], 0)
-    with check("self_collision_switch"):      # off by default; on: its distance in the setup and the exported scene
-        assert setup.self_collision is None and "self_collision" not in link.scene.scene_from_setup(setup)
-        flag.neurok.self_collision, flag.neurok.self_distance, flag.neurok.self_friction = True, 0.004, 0.3
+    with check("self_collision_switch"):      # on by default for cloth: its distance and friction in the setup and the exported scene; off: neither
+        assert abs(setup.self_collision - 0.005) < 1e-9 and abs(setup.self_friction - 0.5) < 1e-9, setup.self_collision
+        flag.neurok.self_distance, flag.neurok.self_friction = 0.004, 0.3
         on = gather.gather(bpy.context, flag).setup
         assert abs(on.self_collision - 0.004) < 1e-9, on.self_collision
         assert abs(on.self_friction - 0.3) < 1e-6, on.self_friction
         assert link.scene.scene_from_setup(on)["self_collision"] == {"distance": on.self_collision, "friction": on.self_friction}
         flag.neurok.self_collision = False
+        off = gather.gather(bpy.context, flag).setup
+        assert off.self_collision is None and "self_collision" not in link.scene.scene_from_setup(off)
+        flag.neurok.self_collision, flag.neurok.self_distance, flag.neurok.self_friction = True, 0.005, 0.5
     with check("keyframed_force"):
         base = gather.gather(bpy.context, flag).setup.accel_frames()
         f = bh.keyed_gust(flag, (0, 2, 0), frames=(1, 6))

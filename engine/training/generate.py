@@ -111,6 +111,8 @@ def random_scene(rng, mesh, kind, frames, dt):
     scene = {"format": "neurok.scene/1", "frames": frames, "dt": dt, "gravity": [0.0, 0.0, -9.81],
              "material": material.to_dict(), "pins": [], "forces": [], "floor": None,
              "initial": {"velocity": [0.0, 0.0, 0.0]}}
+    if kind == "cloth":         # folds that hold, as the add-on's cloth has by default
+        scene["self_collision"] = True
     size = float(np.linalg.norm(np.ptp(mesh.vertices, axis=0)))
     zmin = float(mesh.vertices[:, 2].min())
     whole = _box([0, 0, 0], [1, 1, 1])
