@@ -21,7 +21,8 @@ size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed s
   every size at Medium detail, the bench's).
   `closures` whether the learned closures acted (off under the layer: `runtime.RunConfig`).
   A further row at each size runs the same sheet with the scene key "self_collision": true (the
-  layer's thickness layer against the sheet's folds, Blender's 5 mm; off by default), the layer on:
+  layer's thickness layer against the sheet's folds, Blender's 5 mm; the add-on's cloth has it by
+  default, a scene file only when it asks), the layer on:
   `self_collision` true and a note; `ratios` divides its ms_per_frame by the layered row's.
 - blender_cloth: Blender's own cloth simulator on the same mesh and frames, pinned by a vertex
   group (gravity only: cloth on the surface mesh, not a volumetric solid; a speed reference);
@@ -358,8 +359,8 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
                              sheet_layer="on")
             rows.append(dict({"engine": "neurok_cloth", "device": "cpu", "vertices": int(len(sheet.vertices))}, **r,
                              torch_threads=torch.get_num_threads(), self_collision=True,
-                             note="with self-collision (scene key self_collision: true, 5 mm; off by default) "
-                                  "and the sheet layer"))
+                             note="with self-collision (scene key self_collision: true, 5 mm, friction 0.5; the "
+                                  "add-on's cloth default) and the sheet layer"))
             if bar:
                 bar.update(1, postfix=f"neurok cloth, self-collision {len(sheet.vertices)} v: "
                                       f"{r['ms_per_frame']:.1f} ms/frame")

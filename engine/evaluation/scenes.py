@@ -14,9 +14,12 @@ DT = 1.0 / 24.0
 
 
 def _scene(frames, preset, pins=(), forces=(), floor=None, velocity=(0.0, 0.0, 0.0), **material):
-    return {"format": "neurok.scene/1", "frames": int(frames), "dt": DT, "gravity": [0.0, 0.0, -9.81],
-            "material": dict({"preset": preset}, **material), "pins": list(pins), "forces": list(forces),
-            "floor": floor, "initial": {"velocity": list(velocity)}}
+    scene = {"format": "neurok.scene/1", "frames": int(frames), "dt": DT, "gravity": [0.0, 0.0, -9.81],
+             "material": dict({"preset": preset}, **material), "pins": list(pins), "forces": list(forces),
+             "floor": floor, "initial": {"velocity": list(velocity)}}
+    if preset == "cloth":           # as the add-on's cloth runs by default
+        scene["self_collision"] = True
+    return scene
 
 
 def _box(lo, hi):

@@ -107,7 +107,7 @@ class SheetLayer:
         self.beta = material.damping
         self.colliders = list(setup.colliders or [])
         self.floor_friction = setup.floor_friction
-        # the thickness layer that keeps the sheet's folds apart (scene key "self_collision"; off by default)
+        # the thickness layer that keeps the sheet's folds apart (scene key "self_collision"; the add-on's default)
         self.self_contact = (SheetSelfContact(rest, faces, setup.self_collision, self.mass)
                              if setup.self_collision else None)
         self._factors = {}     # per substep length

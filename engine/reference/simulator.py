@@ -111,7 +111,7 @@ class ReferenceSimulator:
         if self.self_contact is not None:
             self.self_contact.between_chunks = self._between_chunks
         self.vertex_mass = self._vertex_masses(setup)
-        # a cloth's thickness layer (scene key "self_collision"; off by default)
+        # a cloth's thickness layer (scene key "self_collision"; the add-on's cloth has it by default)
         self.sheet_contact = (SheetSelfContact(rest, setup.faces, setup.self_collision, self.vertex_mass)
                               if self.cloth and setup.self_collision else None)
         self.W3 = sp.kron(self.W, sp.identity(3), format="csr")
