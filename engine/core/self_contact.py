@@ -13,11 +13,16 @@ that enter that thickness (the floor's law, core/physics.py).
   little beyond the search's reach at rest are listed once, the others searched for only where
   the sheet may have folded since rest or where patches far apart at rest meet (on the bench's
   10k sheet in its gust a substep's pairs take 20-50 ms, where searching the whole sheet took
-  0.2-6 s: `neurok bench`'s self-collision row). Each pair's closest points and direction are fixed
-  at x_n, so its gap g(x) = n . sum_i w_i x_i is linear in x (g = G x, G sparse, built once a
-  substep) and the penalty E = k/2 (d - g)^2 (g < d; k = FLOOR_OMEGA2 times the pair's mass) is
-  convex with exact gradient and Hessian, each pair's block k (w w^T) (x) n n^T
-  (`self_contact_penalty`).
+  0.2-6 s: `neurok bench`'s self-collision row). Each pair's closest points (two material points)
+  and side are fixed at x_n. Its gap (`ContactPairs.gaps`) is its height over its triangle's plane
+  (an edge pair: the edges' plane), linear in x, or, where the closest point was on a triangle's
+  edge or corner, the distance between those points, signed by the side; the penalty
+  E = k/2 (d - g)^2 (g < d; k = FLOOR_OMEGA2 times the pair's mass) has an exact gradient and a
+  positive semi-definite Gauss-Newton Hessian, each pair's block k (w w^T) (x) n n^T
+  (`self_contact_penalty`). With the start's direction for every pair, a vertex's closest point
+  on an edge gave a leaning direction, and a sheet sliding over another climbed every edge it
+  crossed (a square on a 25 degree slope slid at 0.3 m/s^2, not g sin 25 = 4.1, frictionless:
+  tests/test_self_contact.py).
 - `LayerFriction`: Coulomb friction between the layers, the law of core/friction.py on each
   touching pair's relative slide sum_i w_i (x_i - x_n,i), its normal force k depth lagged (taken
   at a given state, as the floor's is).
@@ -410,7 +415,7 @@ class ContactPairs:
         cols = (3 * nodes[:, None, :] + np.arange(3)[None, :, None]).reshape(3 * K, 4)   # row 3k+c: coordinate c
         vals = np.broadcast_to(weights[:, None, :], (K, 3, 4)).reshape(3 * K, 4)
         between = sp.csr_matrix((vals.ravel(), cols.ravel(), 4 * np.arange(3 * K + 1)), shape=(3 * K, 3 * n))
-        inside = np.all(weights[:, 1:] != 0.0, axis=1)
+        inside = np.all(weights != 0.0, axis=1)
         return cls(nodes, weights, normal, normal if plane is None else plane, k, inside, between)
 
     def __len__(self):
