@@ -230,11 +230,11 @@ class NeurokObjectSettings(bpy.types.PropertyGroup):
                     "substep, most where the sheet lies in many layers (about 45% more a frame on a 10k-vertex "
                     "sheet in a gust): turn it off for a sheet that never folds onto itself")
     self_distance: FloatProperty(
-        name="Distance", default=0.005, min=1e-4, soft_max=0.05, precision=4, subtype='DISTANCE', unit='LENGTH',
+        name="Distance", default=_scene.DEFAULT_SELF_DISTANCE, min=1e-4, soft_max=0.05, precision=4, subtype='DISTANCE', unit='LENGTH',
         description="Cloth self collision: the thickness layer no other part of the sheet may enter (Blender's "
                     "Self Collision Distance)")
     self_friction: FloatProperty(
-        name="Friction", default=0.5, min=0.0, soft_max=1.5, precision=2,
+        name="Friction", default=_scene.SELF_FRICTION, min=0.0, soft_max=1.5, precision=2,
         description="Cloth self collision: Coulomb's coefficient between the sheet's layers where they touch "
                     "(0: they slide freely; cotton on cotton about 0.5). The layers stick below the slope whose "
                     "tangent it is")

@@ -449,7 +449,7 @@ def test_friction_between_the_layers_is_exact_and_opposes_the_slide():
     half = len(x) // 2
     y[half:, 2] -= 0.001                                # 2 mm apart: 3 mm into the layer
     friction = LayerFriction.of(pairs, y, D, 0.4)
-    assert friction is not None and len(friction.nodes) > 50
+    assert friction is not None and len(friction.weight) > 50
     straight = np.abs(friction.normal[:, 2]) > 1 - 1e-12
     assert straight.sum() >= 50
     assert friction.weight[straight] == pytest.approx(0.4 * pairs.k[pairs.gaps(y)[0] < D][straight] * 0.003, rel=1e-9)

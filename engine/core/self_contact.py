@@ -474,11 +474,11 @@ def _gap_jacobian(pairs: ContactPairs, direction, n):
 
 @dataclass(frozen=True)
 class LayerFriction:
-    """Coulomb friction between a sheet's layers over one substep: the touching pairs' vertices
-    [K,4], weights [K,4] and directions [K,3] (of `ContactPairs`), and `weight` = mu lambda [K],
+    """Coulomb friction between a sheet's layers over one substep: the touching pairs' map from x
+    to the vectors between their material points, `between` [3K,3N] (the rows of
+    `ContactPairs.between`), their directions at the start [K,3], and `weight` = mu lambda [K],
     lambda = k depth at the state the normal forces were taken at (lagged)."""
-    nodes: np.ndarray
-    weights: np.ndarray
+    between: sp.csr_matrix
     normal: np.ndarray
     weight: np.ndarray
 
@@ -488,29 +488,24 @@ class LayerFriction:
         if pairs is None or not len(pairs) or mu <= 0.0:
             return None
         depth = np.maximum(distance - pairs.gaps(x)[0], 0.0)
-        on = depth > 0.0
-        if not on.any():
+        on = np.nonzero(depth > 0.0)[0]
+        if not len(on):
             return None
-        return cls(pairs.nodes[on], pairs.weights[on], pairs.normal[on], mu * pairs.k[on] * depth[on])
+        rows = (3 * on[:, None] + np.arange(3)).ravel()
+        return cls(pairs.between[rows], pairs.normal[on], mu * pairs.k[on] * depth[on])
 
     def terms(self, x, x_n, h: float, need_hess=True):
         """(energy, gradient [N,3], Hessian [3N,3N] sparse or None) of the friction potential at x
         [N,3] for a substep h from x_n (`core.friction.slide_terms` on each pair's relative slide)."""
-        n = len(x)
-        slide = np.einsum("kj,kji->ki", self.weights, np.take(x, self.nodes, axis=0) - np.take(x_n, self.nodes, axis=0))
+        n, K = len(x), len(self.weight)
+        slide = (self.between @ (np.ravel(x) - np.ravel(x_n))).reshape(K, 3)
         energy, g_slide, H_blocks = slide_terms(slide, self.normal, self.weight, h, need_hess)
-        grad = np.empty_like(x, order="F" if np.isfortran(x) else "C")
-        corners, per_corner = self.nodes.ravel(), self.weights[:, :, None] * g_slide[:, None, :]
-        for c in range(3):
-            grad[:, c] = np.bincount(corners, per_corner[:, :, c].ravel(), minlength=n)
+        grad = (self.between.T @ g_slide.ravel()).reshape(n, 3)
+        grad = np.asfortranarray(grad) if np.isfortran(x) else grad      # x's memory order (`self_contact_penalty`)
         hess = None
         if need_hess:
-            # each pair's block (w w^T) (x) H_k, at its corners' coordinates
-            vals = np.einsum("ki,kj,kab->kiajb", self.weights, self.weights, H_blocks)
-            dof = 3 * self.nodes[:, :, None] + np.arange(3)                      # [K,4,3]
-            rows = np.broadcast_to(dof[:, :, :, None, None], vals.shape)
-            cols = np.broadcast_to(dof[:, None, None, :, :], vals.shape)
-            hess = sp.csr_matrix((vals.ravel(), (rows.ravel(), cols.ravel())), shape=(3 * n, 3 * n))
+            blocks = sp.bsr_matrix((H_blocks, np.arange(K), np.arange(K + 1)), shape=(3 * K, 3 * K))
+            hess = (self.between.T @ blocks @ self.between).tocsr()
         return energy, grad, hess
 
 
@@ -602,10 +597,11 @@ class SheetSelfContact:
         across *= np.where(np.einsum("ki,ki->k", across, diff) < 0, -1.0, 1.0)[:, None]
         touching = dist <= 1e-9 * self.distance
         normal = np.where(touching[:, None], across, diff)
-        length, across_length = np.linalg.norm(normal, axis=1), np.linalg.norm(across, axis=1)
-        ok = (length > 0) & (across_length > 0)
-        normal, plane = normal[ok] / length[ok, None], across[ok] / across_length[ok, None]
-        nodes, w = nodes[ok], w[ok]
+        length = np.linalg.norm(normal, axis=1)
+        ok = length > 0
+        normal, across, nodes, w = normal[ok] / length[ok, None], across[ok], nodes[ok], w[ok]
+        across_length = np.linalg.norm(across, axis=1)     # 0 for a degenerate triangle: its side is the direction's
+        plane = np.where(across_length[:, None] > 0, across / np.maximum(across_length, 1e-300)[:, None], normal)
         k = FLOOR_OMEGA2 * 0.5 * np.einsum("kj,kj->k", np.abs(w), self.mass[nodes])
         return ContactPairs.build(nodes, w, normal, k, len(x_n), plane)
 
