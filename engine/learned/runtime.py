@@ -25,6 +25,7 @@ from .latent_scene import LatentScene
 from .strain_energy import DTYPE
 from .ood import ood_report
 from .sheet_layer import SheetLayer, layer_wanted
+from .sheet_proxy import SheetProxy, proxy_wanted
 from .terms import elastic
 
 SUBSTEP = 1.0 / 48.0      # longest latent step (s) of a sheet, and of every body with plain backward Euler
@@ -104,8 +105,9 @@ def run_config(setup: Setup, kind: str, integrator: str, sheet_layer: str) -> Ru
 
 class RunState(NamedTuple):
     """A learned run's state at a frame: the latent state (q, q'), and with a sheet's full-space
-    layer its vertices' positions and velocities (metres, [N,3]) and the layer's curvature pairs
-    (`sheet_layer.lbfgs`); x, v None and history empty without it."""
+    layer its vertices' positions and velocities (metres, [N,3]; its proxy's [P,3] where it has one,
+    `sheet_proxy.py`) and the layer's curvature pairs (`sheet_layer.quasi_newton`); x, v None and
+    history empty without it."""
     q: torch.Tensor
     qd: torch.Tensor
     x: np.ndarray | None = None
@@ -148,7 +150,10 @@ class NeurokRun(Run):
             self._node_basis_m = (sub.norm.scale * sub.node_basis.reshape(-1, self.scene.dims)).astype(np.float32)
             self._W = sub.W.astype(np.float32).tocsr()
         self._states, self._resume = {}, None
-        self.layer = SheetLayer(setup) if self.config.sheet_layer else None
+        # a fine sheet's layer iterates on a coarse proxy of it at medium detail (`sheet_proxy.py`)
+        self.proxy = SheetProxy(setup) if self.config.sheet_layer and proxy_wanted(setup) else None
+        self.layer = (SheetLayer(setup if self.proxy is None else self.proxy.setup)
+                      if self.config.sheet_layer else None)
         self.encode_seconds = time.perf_counter() - t0
         with single_threaded():      # BLAS products: see `guard`
             self.ood = ood_report(self.scene, meta or {})
@@ -183,17 +188,20 @@ class NeurokRun(Run):
         global motion): its move predicts how the part of the sheet the subspace holds moves, and
         inertia the rest (the sheet's velocity less its projection on the subspace); the
         full-space layer corrects that prediction. The layer's curvature pairs are part of the
-        state, so a frame the guard computes again starts from the accepted state's."""
+        state, so a frame the guard computes again starts from the accepted state's. With a proxy,
+        x and v are the proxy's vertices'."""
         q, qd, x, v = state.q, state.qd, state.x, state.v
         q1, qd1 = self._advance(frame, q, qd, h)
-        held_velocity = self.scene.encode_velocity(v / self.scene.sub.norm.scale)
+        fine_v = v if self.proxy is None else self.proxy.velocities(v)
+        held_velocity = self.scene.encode_velocity(fine_v / self.scene.sub.norm.scale)
         # decode is affine: the latent move less the held part of inertia, decoded once
-        guess = x + h * v + (self.decode(q1 - q - h * held_velocity) - self._rest_m)
+        move = self.decode(q1 - q - h * held_velocity) - self._rest_m
+        guess = x + h * v + (move if self.proxy is None else self.proxy.restrict(move))
         x1, v1, history = self.layer.step(frame, end, x, v, h, guess=guess, history=state.history)
         return RunState(q1, qd1, x1, v1, history)
 
     def _initial_state(self):
-        x, v = ((np.asarray(self.setup.x0, np.float64), np.asarray(self.setup.v0, np.float64))
+        x, v = ((np.asarray(self.layer.setup.x0, np.float64), np.asarray(self.layer.setup.v0, np.float64))
                 if self.layer is not None else (None, None))
         return RunState(self.scene.q0, self.scene.qd0, x, v, ())
 
@@ -241,7 +249,9 @@ class NeurokRun(Run):
         return self._positions(state)
 
     def _positions(self, state) -> np.ndarray:
-        return self.decode(state.q) if state.x is None else state.x.astype(np.float32)
+        if state.x is None:
+            return self.decode(state.q)
+        return (state.x if self.proxy is None else self.proxy.positions(state.x)).astype(np.float32)
 
     def decode(self, q) -> np.ndarray:
         """Vertex positions (metres, float32) of latent q."""
