@@ -15,7 +15,7 @@ import numpy as np
 
 from .core.errors import NeurokError
 from .core.formats import atomic_write_text, read_mesh, read_sequence, write_pc2, write_sequence
-from .core.setup import SHEET_LAYER_MS_PER_1000_VERTICES
+from .core.setup import SHEET_LAYER_CHOICES, SHEET_LAYER_MS_PER_1000_VERTICES, SHEET_PROXY_VERTICES
 from .core.scene import read_scene
 
 
@@ -55,9 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--lattice-cells", type=int, default=None,
                    help="reference only: quadratic cells along a solid's longest side (default 6; the "
                         "evaluation's converged ground truth uses 12)")
-    s.add_argument("--sheet-layer", choices=("auto", "on", "off"), default="auto",
+    s.add_argument("--sheet-layer", choices=SHEET_LAYER_CHOICES, default="auto",
                    help="learned engine, sheets: the full-space layer that lets a sheet hinge, crease and hang "
-                        "(auto: as the scene's detail says: off at low, on at medium and high; it costs about "
+                        "(auto: as the scene's detail says: off at low, on at medium and high; at medium a sheet "
+                        f"of more than {SHEET_PROXY_VERTICES:,} vertices takes it on a coarse proxy of that many; "
+                        "full: on the full mesh, about "
                         f"{SHEET_LAYER_MS_PER_1000_VERTICES} ms a frame per 1,000 vertices, `neurok bench`)")
     s.add_argument("--keep-good-frames", action="store_true",
                    help="when the run stops (implausible or unstable frame), write the frames before it "
@@ -152,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "held them")
     pt.add_argument("--require-closer", action="store_true",
                     help="exit with status 1 unless the trained model's mean distance is below its prior's")
-    pt.add_argument("--sheet-layer", choices=("auto", "on", "off"), default="off",
+    pt.add_argument("--sheet-layer", choices=SHEET_LAYER_CHOICES, default="off",
                     help="the sheets' full-space layer in both runs (default off: under the layer the closures "
                          "do not act, so both runs are the same)")
 

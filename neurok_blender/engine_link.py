@@ -23,7 +23,7 @@ if VENDORED:
     from .engine.core import fields as efields
     from .engine.core import formats, scene
     from .engine.core.errors import Cancelled, NeurokError, SimulationFault
-    from .engine.core.setup import cloth_detail_note, profile_value
+    from .engine.core.setup import SHEET_LAYER_MS_PER_1000_VERTICES, SHEET_PROXY_VERTICES, cloth_detail_note, profile_value
 else:  # development checkout: the repo root holds `engine/` next to `neurok_blender/`
     if importlib.util.find_spec("engine") is None:
         sys.path.insert(0, str(_HERE.parent))
@@ -31,7 +31,7 @@ else:  # development checkout: the repo root holds `engine/` next to `neurok_ble
     from engine.core import fields as efields
     from engine.core import formats, scene
     from engine.core.errors import Cancelled, NeurokError, SimulationFault
-    from engine.core.setup import cloth_detail_note, profile_value
+    from engine.core.setup import SHEET_LAYER_MS_PER_1000_VERTICES, SHEET_PROXY_VERTICES, cloth_detail_note, profile_value
 
 
 def missing_module_sentence(error: ImportError, what: str = "The NeuROK engine cannot run") -> str:

@@ -216,11 +216,13 @@ class NeurokObjectSettings(bpy.types.PropertyGroup):
                               "cloth skips the full-space layer (it bends as a smooth card)"),
                ('MEDIUM', "Medium", "As many handles as the shape asks for: a compact solid 8, a square of cloth "
                                     "32, a slender beam about 40; cloth also takes the full-space layer that "
-                                    "lets it crease, hinge at its pins and hang (about 21 ms a frame per "
-                                    "1,000 vertices)"),
+                                    "lets it crease, hinge at its pins and hang, on a "
+                                    f"{_link.SHEET_PROXY_VERTICES:,}-vertex proxy of a finer cloth (folds as "
+                                    "fine as the proxy's edges)"),
                ('HIGH', "High", "Twice the handles (up to 64): finer folds, ripples and bends, 2-4x slower per "
-                                "frame and a longer first preparation; cloth takes the full-space layer as at "
-                                "Medium")],
+                                "frame and a longer first preparation; cloth takes the full-space layer on "
+                                f"every vertex (about {_link.SHEET_LAYER_MS_PER_1000_VERTICES} ms a frame per "
+                                "1,000 vertices)")],
         description="How finely the learned engine lets the shape bend and fold (its number of handles); "
                     "the reference engine ignores it")
     self_collision: BoolProperty(

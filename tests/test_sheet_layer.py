@@ -70,12 +70,13 @@ def test_auto_follows_the_level_of_detail():
     assert setup_from_scene(large_mesh, scene).detail == "medium"      # the default
     with pytest.raises(ValueError):
         layer_wanted("maybe", small)
-    # the panel says what a large cloth costs at Medium and High, and what Low gives
-    from engine.core.setup import SHEET_LAYER_MS_PER_1000_VERTICES, cloth_detail_note
+    # the panel says where Medium creases a proxy, what a large cloth costs at High, and what Low gives
+    from engine.core.setup import SHEET_LAYER_MS_PER_1000_VERTICES, SHEET_PROXY_VERTICES, cloth_detail_note
     assert cloth_detail_note("medium", small.num_vertices) is None and cloth_detail_note("high", 5_000) is None
-    note = cloth_detail_note("medium", 50_000)
+    assert f"{SHEET_PROXY_VERTICES:,}-vertex proxy" in cloth_detail_note("medium", 50_000)
+    note = cloth_detail_note("high", 50_000)
     seconds = SHEET_LAYER_MS_PER_1000_VERTICES * 50
-    assert f"{seconds / 1000:.1f} s a frame" in note and "Low" in note
+    assert f"{seconds / 1000:.1f} s a frame" in note and "Medium" in note
     assert "card" in cloth_detail_note("low", 1_000)
 
 

@@ -92,7 +92,8 @@ class _Collapser:
             if self.border[v] and len(self.border[v]) != 2:
                 self.locked[v] = True
         self.alive = n
-        self.heap = [(self._cost(u, v), u, v) for a, b in edges.tolist() for u, v in ((a, b), (b, a))]
+        u, v = np.concatenate([edges, edges[:, ::-1]]).T
+        self.heap = list(zip(_first_costs(rest, edges, u, v).tolist(), u.tolist(), v.tolist()))
         heapq.heapify(self.heap)
 
     def _cost(self, u, v):
@@ -151,6 +152,7 @@ class _Collapser:
         return True
 
     def _collapse(self, u, v):
+        new = self.nbrs[u] - self.nbrs[v] - {v}
         for f in list(self.vfaces[u]):
             tri = self.faces[f]
             if v in tri:
@@ -175,7 +177,8 @@ class _Collapser:
         self.nbrs[u], self.border[u] = set(), set()
         self.removed[u] = True
         self.alive -= 1
-        for w in self.nbrs[v]:
+        # v's edges already queued are costed again when they come up (`run`); its new ones are queued
+        for w in new:
             heapq.heappush(self.heap, (self._cost(v, w), v, w))
             heapq.heappush(self.heap, (self._cost(w, v), w, v))
 
@@ -185,6 +188,19 @@ class _Collapser:
         new_index[keep] = np.arange(len(keep))
         faces = np.asarray([t for t, alive in zip(self.faces, self.face_alive) if alive], np.int64)
         return keep, new_index[faces.reshape(-1, 3)]
+
+
+def _first_costs(rest, edges, u, v):
+    """`_Collapser._cost` of every collapse u -> v of the untouched mesh, vectorised."""
+    both = np.concatenate([edges, edges[:, ::-1]])
+    order = np.argsort(both[:, 0], kind="stable")
+    starts = np.searchsorted(both[order, 0], np.arange(len(rest) + 1))
+    counts = np.diff(starts)[u]                                  # u's neighbours, for each collapse
+    first = starts[u]
+    flat = np.repeat(first - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(counts.sum())
+    w = both[order, 1][flat]
+    d = np.linalg.norm(rest[w] - rest[np.repeat(v, counts)], axis=1)
+    return np.maximum.reduceat(d, np.concatenate([[0], np.cumsum(counts)[:-1]]))
 
 
 class Embedding:

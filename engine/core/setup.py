@@ -42,21 +42,30 @@ def profile_value(profile: dict, frame: float, dt: float) -> float:
 
 DETAILS = ("low", "medium", "high")   # scene key "detail": the learned engine's handles x 0.5 / 1 / 2
 # Cloth at medium and high detail takes the learned engine's full-space sheet layer (creases, hinges
-# at its pins, drapes) at any size; at low it bends as one smooth card (fast previews). The layer
-# costs about this many ms a frame per 1,000 vertices on one core (`neurok bench`'s 100k cloth row);
-# the Material panel names the cost from this size on.
+# at its pins, drapes) at any size; at low it bends as one smooth card (fast previews). On the full
+# mesh (high detail) the layer costs about this many ms a frame per 1,000 vertices on one core
+# (`neurok bench`'s 100k cloth row at high detail); the Material panel names the cost from this size on.
 SHEET_LAYER_MS_PER_1000_VERTICES = 21
 SHEET_LAYER_NOTE_FROM_VERTICES = 20_000
+# At medium detail a sheet of more vertices takes its layer on a coarse proxy of this many
+# (`learned/sheet_proxy.py`); high detail takes it on the full mesh
+SHEET_PROXY_VERTICES = 2_000
+# the learned engine's choices for a sheet's layer: "auto" follows the detail, "full" is on and on
+# the full mesh whatever the detail
+SHEET_LAYER_CHOICES = ("auto", "on", "off", "full")
 
 
 def cloth_detail_note(detail: str, vertices: int) -> str | None:
     """What a user should know about a cloth's detail level at this size, in one line, or None."""
-    if detail != "low" and vertices >= SHEET_LAYER_NOTE_FROM_VERTICES:
-        seconds = SHEET_LAYER_MS_PER_1000_VERTICES * vertices / 1e6
-        return (f"Creasing {vertices:,} vertices costs about {seconds:.1f} s a frame; "
-                "Low bends cloth as one smooth card, for fast previews")
     if detail == "low":
         return "Low bends cloth as one smooth card (fast previews); Medium creases and drapes it"
+    if detail == "medium" and vertices > SHEET_PROXY_VERTICES:
+        return (f"Medium creases this cloth on a {SHEET_PROXY_VERTICES:,}-vertex proxy of it (folds as fine "
+                "as the proxy's edges); High creases every vertex, at more cost")
+    if detail == "high" and vertices >= SHEET_LAYER_NOTE_FROM_VERTICES:
+        seconds = SHEET_LAYER_MS_PER_1000_VERTICES * vertices / 1e6
+        return (f"Creasing all {vertices:,} vertices costs about {seconds:.1f} s a frame; "
+                f"Medium creases a {SHEET_PROXY_VERTICES:,}-vertex proxy of it, much faster")
     return None
 
 

@@ -18,7 +18,10 @@ size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed s
   top edge in a sine gust (`CLOTH_SCENE`); its subspace has as many handles as its area asks
   (`learned/subspace.resolution`: 32), and `handles` / `coordinates` are in every neurok row.
   `sheet_layer` says whether the full-space layer ran (`learned/sheet_layer.py`; by default at
-  every size at Medium detail, the bench's).
+  every size at Medium detail, the bench's) and `layer_vertices` on how many vertices: above
+  2,000 Medium iterates on a coarse proxy of that many (`learned/sheet_proxy.py`). Above that size
+  a further row runs the layer on every vertex (`sheet_layer` "full", as High detail does):
+  `full_layer` true.
   `closures` whether the learned closures acted (off under the layer: `runtime.RunConfig`).
   A further row at each size runs the same sheet with the scene key "self_collision": true (the
   layer's thickness layer against the sheet's folds, Blender's 5 mm; the add-on's cloth has it by
@@ -47,6 +50,7 @@ import numpy as np
 import torch
 
 from ..core.formats import NeurokError
+from ..core.setup import SHEET_PROXY_VERTICES
 
 BENCH_SCENE = {"format": "neurok.scene/1", "dt": 1.0 / 24.0, "gravity": [0.0, 0.0, -9.81],
                "material": {"preset": "rubber"},
@@ -184,7 +188,8 @@ def bench_neurok(engine, setup, device="cpu", sheet_layer="auto") -> dict:
            "cpu_ms_per_frame": 1000.0 * (c3 - c2) / max(count, 1),
            "cubature_samples": int(len(run.scene.weights)), "cubature_force_error": float(sub.cubature_error),
            "substeps": run.config.substeps, "handles": int(run.scene.resolution.handles), "coordinates": int(run.scene.dims),
-           "sheet_layer": run.config.sheet_layer, "closures": run.config.closures}
+           "sheet_layer": run.config.sheet_layer, "closures": run.config.closures,
+           "layer_vertices": None if run.layer is None else int(len(run.layer.rest))}
     if cuda:
         row["peak_mb"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 20
         row["host_peak_mb"] = mem.mb
@@ -320,7 +325,8 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
     cpu_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     rows, notes = [], []
     cloth_sizes = [n for n in sizes if n <= CLOTH_UP_TO] if cloth else []
-    steps = len(sizes) * (len(devices) + int(reference) + int(blender)) + len(cloth_sizes) * (2 + int(blender))
+    steps = (len(sizes) * (len(devices) + int(reference) + int(blender)) + len(cloth_sizes) * (2 + int(blender))
+             + sum(1 for n in cloth_sizes if len(bench_sheet(n).vertices) > SHEET_PROXY_VERTICES))
     bar = None if quiet else ProgressBar(steps, "bench")
     for n in sizes:
         mesh = bench_mesh(n)
@@ -364,6 +370,14 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
             if bar:
                 bar.update(1, postfix=f"neurok cloth, self-collision {len(sheet.vertices)} v: "
                                       f"{r['ms_per_frame']:.1f} ms/frame")
+            if len(sheet.vertices) > SHEET_PROXY_VERTICES:     # the layer on every vertex (High's)
+                r = bench_neurok(engines["cpu"], bench_setup(sheet, frames, CLOTH_SCENE), "cpu", sheet_layer="full")
+                rows.append(dict({"engine": "neurok_cloth", "device": "cpu", "vertices": int(len(sheet.vertices))}, **r,
+                                 torch_threads=torch.get_num_threads(), full_layer=True,
+                                 note="the sheet layer on every vertex (sheet_layer full), no proxy"))
+                if bar:
+                    bar.update(1, postfix=f"neurok cloth, full layer {len(sheet.vertices)} v: "
+                                          f"{r['ms_per_frame']:.1f} ms/frame")
             if blender:     # Blender's cloth on the same sheet, pinned along the same edge
                 r = bench_blender_cloth(sheet, bench_setup(sheet, frames, CLOTH_SCENE), frames, cpu_threads)
                 if "skipped" not in r:
@@ -381,6 +395,13 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
     return result
 
 
+def is_default_layer_row(r) -> bool:
+    """The cloth sheet with its layer as a default (Medium) run has it: no self-collision, and
+    on its proxy where it has one."""
+    return (r["engine"] == "neurok_cloth" and bool(r.get("sheet_layer")) and not r.get("self_collision")
+            and not r.get("full_layer"))
+
+
 def ratios(rows) -> dict:
     """Speed-up of neurok (cpu) over the other engines per size: their ms_per_frame / neurok's; and
     what self-collision costs the cloth sheet: its row's ms_per_frame / the layered row's."""
@@ -391,8 +412,7 @@ def ratios(rows) -> dict:
                 if r["engine"] == other and r["vertices"] in base and base[r["vertices"]] > 0}
         if vals:
             out[f"{other}_over_neurok"] = vals
-    layered = {r["vertices"]: r["ms_per_frame"] for r in rows
-               if r["engine"] == "neurok_cloth" and r.get("sheet_layer") and not r.get("self_collision")}
+    layered = {r["vertices"]: r["ms_per_frame"] for r in rows if is_default_layer_row(r)}
     sheet = {str(r["vertices"]): r["ms_per_frame"] / layered[r["vertices"]] for r in rows
              if r["engine"] == "blender_cloth_sheet" and r["vertices"] in layered}
     if sheet:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..core.errors import NeurokError
 from ..core.formats import atomic_write_text
+from ..core.setup import SHEET_PROXY_VERTICES
 from .targets import targets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +74,7 @@ def _speed(bench_result) -> dict:
     for r in bench_result["rows"]:
         name = r["engine"]
         if name == "neurok_cloth":
-            name = ("cloth_self_collision" if r.get("self_collision")
+            name = ("cloth_self_collision" if r.get("self_collision") else "cloth_full_layer" if r.get("full_layer")
                     else "cloth_layer" if r.get("sheet_layer") else "cloth_latent")
         out.setdefault(name, []).append([r["vertices"], _round(r["ms_per_frame"]), _round(r["encode_ms"] / 1000.0, 3)])
     return out
@@ -239,6 +240,11 @@ def _speed_rows(figures):
     folds = _by_size(figures, "cloth_self_collision")
     if folds:
         cloth += f". With self-collision: {_ms_column(figures, 'cloth_self_collision', sorted(folds))} ms"
+    full = _by_size(figures, "cloth_full_layer")
+    if full:
+        cloth += (f". Above {SHEET_PROXY_VERTICES:,} vertices Medium creases a {SHEET_PROXY_VERTICES:,}-vertex proxy; "
+                  f"the layer on every vertex (High) at {' / '.join(_k(1000 * s) for s in sorted(full))}: "
+                  f"{_ms_column(figures, 'cloth_full_layer', sorted(full))} ms")
     return [(f"speed, solids (learned engine), {size_text} vertices", solid),
             (f"speed, cloth with its full-space layer (creases), {' / '.join(_k(1000 * s) for s in layer)} vertices", cloth)]
 
@@ -349,7 +355,9 @@ def speed_table(figures) -> str:
     engines = [("neurok", "learned engine, rubber sphere"), ("reference", "reference simulator, same sphere"),
                ("blender_cloth", "Blender's cloth, same sphere"), ("cloth_latent", "cloth sheet, latent step alone (Low)"),
                ("cloth_layer", "cloth sheet with its full-space layer"),
-               ("cloth_self_collision", "the same with self-collision"), ("blender_cloth_sheet", "Blender's cloth, same sheet")]
+               ("cloth_self_collision", "the same with self-collision"),
+               ("cloth_full_layer", "the layer on every vertex, no proxy (High)"),
+               ("blender_cloth_sheet", "Blender's cloth, same sheet")]
     sizes = sorted({round(v / 1000) for rows in figures["speed"].values() for v, _, _ in rows})
     lines = ["| engine | " + " | ".join(f"{_k(1000 * s)} vertices" for s in sizes) + " | first prepare |",
              "|---|" + "---|" * (len(sizes) + 1)]

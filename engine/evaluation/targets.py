@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import numbers
 
+from .bench import is_default_layer_row
+
 TARGETS = {
     # README: speed, accuracy against the baselines, stability, energy
     "ms_10k": 8.0, "ms_100k": 60.0, "sheet_layer_ms_10k": 50.0, "sheet_over_blender_10k": 3.0, "reference_speedup_10k": 100.0, "baseline_factor_200": 2.0,
@@ -53,8 +55,7 @@ def _sheet_speed(bench_result):
     Blender's cloth on the same sheet over it."""
     name = (f"cloth at 10k vertices with the sheet layer <= {TARGETS['sheet_layer_ms_10k']:g} ms/frame and "
             f">= {TARGETS['sheet_over_blender_10k']:g}x faster than Blender's cloth on the same sheet")
-    rows = [r for r in bench_result["rows"]
-            if r["engine"] == "neurok_cloth" and r.get("sheet_layer") and not r.get("self_collision")]
+    rows = [r for r in bench_result["rows"] if is_default_layer_row(r)]
     r = _row_at({"rows": rows}, "neurok_cloth", 10000)
     if r is None:
         return name, "not measured", "not measured"

@@ -85,6 +85,7 @@ class RunConfig:
     scheme: str          # the latent step: "theta" (a solid's matched scheme), "backward_euler", "implicit_midpoint"
     substeps: int        # latent steps per frame
     sheet_layer: bool    # a sheet's full-space layer corrects each latent step (`sheet_layer.py`)
+    layer_proxy: bool    # ... iterating on a coarse proxy of the sheet (`sheet_proxy.py`)
     # the learned closures act (`LatentScene.closures`). They make up for a locked sheet's latent
     # step on its own; under the layer they only bent its prediction away (`neurok prior-vs-trained`:
     # 1.06x the prior's distance, docs/MODEL_CARD.md), so they are off there
@@ -93,14 +94,15 @@ class RunConfig:
 
 def run_config(setup: Setup, kind: str, integrator: str, sheet_layer: str) -> RunConfig:
     """The `RunConfig` of a body of `kind` ("solid", "cloth") under `integrator` (`SCHEMES`) and
-    the `sheet_layer` choice ("auto", "on", "off")."""
+    the `sheet_layer` choice (`core.setup.SHEET_LAYER_CHOICES`)."""
     if integrator not in SCHEMES:
         raise ValueError(f"unknown integrator '{integrator}' ({', '.join(SCHEMES)})")
     matched_solid = integrator == "matched" and kind == "solid"
     layer = kind == "cloth" and layer_wanted(sheet_layer, setup)
     return RunConfig(scheme="theta" if matched_solid else ("backward_euler" if integrator == "matched" else integrator),
                      substeps=substeps_for(setup.dt, SOLID_STEP if matched_solid else SUBSTEP),
-                     sheet_layer=layer, closures=not layer)
+                     sheet_layer=layer, layer_proxy=layer and sheet_layer != "full" and proxy_wanted(setup),
+                     closures=not layer)
 
 
 class RunState(NamedTuple):
@@ -129,8 +131,8 @@ class NeurokRun(Run):
     def __init__(self, model, setup: Setup, device="cpu", integrator="matched", meta=None, subspace=None,
                  sheet_layer="auto"):
         """`subspace`: this one instead of the mesh's cached one (`LatentScene`). `sheet_layer`
-        ("auto", "on", "off"): whether a sheet also takes the full-space layer's iterations
-        (`sheet_layer.py`; "auto": but at low detail). How the run steps is
+        ("auto", "on", "off", "full"): whether a sheet also takes the full-space layer's iterations
+        (`sheet_layer.py`; "auto": but at low detail), and "full": on the full mesh, never a proxy. How the run steps is
         decided here, once: `config` (`RunConfig`)."""
         super().__init__(setup)
         t0 = time.perf_counter()
@@ -151,7 +153,7 @@ class NeurokRun(Run):
             self._W = sub.W.astype(np.float32).tocsr()
         self._states, self._resume = {}, None
         # a fine sheet's layer iterates on a coarse proxy of it at medium detail (`sheet_proxy.py`)
-        self.proxy = SheetProxy(setup) if self.config.sheet_layer and proxy_wanted(setup) else None
+        self.proxy = SheetProxy(setup) if self.config.layer_proxy else None
         self.layer = (SheetLayer(setup if self.proxy is None else self.proxy.setup)
                       if self.config.sheet_layer else None)
         self.encode_seconds = time.perf_counter() - t0
@@ -288,7 +290,7 @@ class NeurokEngine(Engine):
             p.requires_grad_(False)
 
     def prepare(self, setup: Setup, sheet_layer: str = "auto") -> NeurokRun:
-        """`sheet_layer`: "auto", "on" or "off" (`NeurokRun`)."""
+        """`sheet_layer`: "auto", "on", "off" or "full" (`NeurokRun`)."""
         return NeurokRun(self.model, setup, self.device, self.integrator, self.meta, sheet_layer=sheet_layer)
 
     def sample_pose(self, setup: Setup, seed=0, temperature=1.0) -> np.ndarray:

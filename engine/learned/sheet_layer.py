@@ -44,20 +44,20 @@ from ..core.fields import total_accel, vertex_normals
 from ..core.geometry import lumped_vertex_areas
 from ..core.mesh_physics import EdgeSprings, bending_matrix, coulomb_velocity, penalty_contact
 from ..core.physics import pin_stiffness
+from ..core.setup import SHEET_LAYER_CHOICES
 from ..core.self_contact import LayerFriction, SheetSelfContact, self_contact_penalty
 
 LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (fewer lose the flag's first fall: experiments/sheet_layer_designs.py)
 LAYER_MEMORY = 10              # curvature pairs kept
-LAYER_CHOICES = ("auto", "on", "off")
 
 
 def layer_wanted(choice: str, setup) -> bool:
-    """Whether a sheet run takes the full-space layer: "on", "off", or "auto", which follows the
-    setup's level of detail: at medium and high, at any size; never at low (fast previews)."""
-    if choice not in LAYER_CHOICES:
-        raise ValueError(f"unknown sheet layer choice '{choice}' ({', '.join(LAYER_CHOICES)})")
+    """Whether a sheet run takes the full-space layer: "on" (or "full"), "off", or "auto", which
+    follows the setup's level of detail: at medium and high, at any size; never at low (fast previews)."""
+    if choice not in SHEET_LAYER_CHOICES:
+        raise ValueError(f"unknown sheet layer choice '{choice}' ({', '.join(SHEET_LAYER_CHOICES)})")
     if choice != "auto":
-        return choice == "on"
+        return choice != "off"
     return setup.detail != "low"
 
 

@@ -20,9 +20,10 @@ import numpy as np
 
 from ..core.coarse_mesh import Embedding, coarsen
 from ..core.memo import MeshMemo
+from ..core.setup import SHEET_PROXY_VERTICES
 from .sheet_layer import vertex_masses
 
-PROXY_VERTICES = 2_000      # the layer's mesh at medium detail, at most (high: the full mesh)
+PROXY_VERTICES = SHEET_PROXY_VERTICES     # the layer's mesh at medium detail, at most (high: the full mesh)
 
 _COARSE = MeshMemo()        # (kept vertices, faces, embedding) per mesh and pins: seconds at 100k vertices
 
