@@ -53,17 +53,19 @@ def test_an_energy_run_that_blew_up_is_a_missed_target_not_an_unmeasured_one():
     assert energy_target({})[2] == "not measured"
 
 
-def test_the_self_collision_row_is_its_own_and_judges_no_target():
-    """`neurok bench`'s cloth row with self-collision is filed apart from the plain layered row, and
-    the creasing sheet's speed target is judged on the plain one."""
+def test_the_self_collision_and_full_layer_rows_are_their_own_and_judge_no_target():
+    """`neurok bench`'s cloth rows with self-collision and with the layer on every vertex are filed
+    apart from the plain layered row (the default run's, on its proxy), and the creasing sheet's
+    speed target is judged on the plain one."""
     from engine.evaluation.key_figures import _speed
     from engine.evaluation.targets import _sheet_speed
     row = lambda ms, **extra: dict({"engine": "neurok_cloth", "device": "cpu", "vertices": 10000,  # noqa: E731
                                     "ms_per_frame": ms, "encode_ms": 1000.0, "sheet_layer": True}, **extra)
-    bench = {"rows": [row(300.0, self_collision=True), row(150.0),
+    bench = {"rows": [row(300.0, self_collision=True), row(150.0), row(400.0, full_layer=True),
                       {"engine": "blender_cloth_sheet", "device": "cpu", "vertices": 10000, "ms_per_frame": 150.0,
                        "encode_ms": 40.0}]}
     speed = _speed(bench)
     assert speed["cloth_layer"] == [[10000, 150.0, 1.0]] and speed["cloth_self_collision"] == [[10000, 300.0, 1.0]]
+    assert speed["cloth_full_layer"] == [[10000, 400.0, 1.0]]
     _, text, verdict = _sheet_speed(bench)
     assert text.startswith("150 ms/frame") and "1.00x" in text and verdict == "missed"
