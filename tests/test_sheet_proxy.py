@@ -101,6 +101,9 @@ def test_a_fine_sheet_on_its_proxy_falls_with_g_and_takes_the_painted_push_in_fu
     mass = vertex_masses(setup)
     assert run.layer.mass.sum() == pytest.approx(mass.sum(), rel=1e-9)
     pushed_share = mass[setup.force_terms[0][0] > 0].sum() / mass.sum()
+    v = np.random.default_rng(1).normal(size=(PROXY_VERTICES, 3))   # the proxy's velocities, encoded in one product
+    J = run.proxy.embedding.matrix
+    assert np.allclose(run.scene.velocity_encoder(J)(v), run.scene.encode_velocity(J @ v), rtol=1e-9, atol=1e-9)
     xs = np.asarray(run.bake(), np.float64)
     n = (frames - 1) * run.config.substeps
     h = setup.dt / run.config.substeps

@@ -318,6 +318,15 @@ class LatentScene:
         v = np.asarray(v_norm, dtype=np.float64).reshape(-1, 3)
         return _t(np.linalg.solve(self._encode_lhs, self.pull_back(self.vertex_mass[:, None] * v)), self.device)
 
+    def velocity_encoder(self, J):
+        """`encode_velocity` of the vertex velocities J v, for velocities v [P,3] (normalised) of P
+        points that the sparse J [N,P] interpolates (a sheet's coarse proxy, `sheet_proxy.py`), as
+        one function: its matrix [d, 3P] is made once, so a call costs O(P d), not O(N H)."""
+        n, p = J.shape
+        mass_basis = (self.vertex_mass[:, None, None] * self._B.reshape(n, 3, self.dims)).reshape(n, -1)
+        E = np.linalg.solve(self._encode_lhs, np.asarray(J.T @ mass_basis).reshape(3 * p, self.dims).T)
+        return lambda v_norm: _t(E @ np.asarray(v_norm, dtype=np.float64).ravel(), self.device)
+
     def _pins(self):
         setup = self.setup
         pinned = np.nonzero(setup.pin_weight > 0)[0]

@@ -64,6 +64,18 @@ def substeps_for(dt: float, longest: float = SUBSTEP) -> int:
     return max(1, int(math.ceil(dt / longest - 1e-3)))
 
 
+def blended(q, blend, rest) -> np.ndarray:
+    """rest + the handles' affine maps of q blended at each vertex (`handle_blend`), metres, float32."""
+    weights, y, transform = blend
+    z = (transform @ q.detach().cpu().numpy()).reshape(-1, 12)        # each handle's A (row-major), b
+    maps = np.concatenate([z[:, :9].reshape(-1, 3, 3).transpose(0, 2, 1), z[:, None, 9:]], axis=1)
+    P = (weights @ maps.reshape(-1, 12).astype(np.float32)).reshape(-1, 4, 3)   # [N,4,3]
+    x = rest + P[:, 3]
+    for c in range(3):
+        x += y[c] * P[:, c]
+    return x
+
+
 def handle_blend(sub):
     """A sheet's vertices are its nodes, so its basis has vertices x 3 x coordinates entries (a
     10k-vertex sheet: 32 MB, read again every frame). Blending the handles' affine maps reads
@@ -156,6 +168,12 @@ class NeurokRun(Run):
         self.proxy = SheetProxy(setup) if self.config.layer_proxy else None
         self.layer = (SheetLayer(setup if self.proxy is None else self.proxy.setup)
                       if self.config.sheet_layer else None)
+        self._encode_layer_velocity = (self.scene.encode_velocity if self.proxy is None
+                                       else self.scene.velocity_encoder(self.proxy.embedding.matrix))
+        if self.proxy is not None and self._blend is not None:     # the latent move at the proxy's vertices only
+            weights, y, transform = self._blend
+            keep = self.proxy.keep
+            self._layer_blend, self._layer_rest = (weights[keep], y[:, keep], transform), self._rest_m[keep]
         self.encode_seconds = time.perf_counter() - t0
         with single_threaded():      # BLAS products: see `guard`
             self.ood = ood_report(self.scene, meta or {})
@@ -194,11 +212,9 @@ class NeurokRun(Run):
         x and v are the proxy's vertices'."""
         q, qd, x, v = state.q, state.qd, state.x, state.v
         q1, qd1 = self._advance(frame, q, qd, h)
-        fine_v = v if self.proxy is None else self.proxy.velocities(v)
-        held_velocity = self.scene.encode_velocity(fine_v / self.scene.sub.norm.scale)
+        held_velocity = self._encode_layer_velocity(v / self.scene.sub.norm.scale)
         # decode is affine: the latent move less the held part of inertia, decoded once
-        move = self.decode(q1 - q - h * held_velocity) - self._rest_m
-        guess = x + h * v + (move if self.proxy is None else self.proxy.restrict(move))
+        guess = x + h * v + self._layer_move(q1 - q - h * held_velocity)
         x1, v1, history = self.layer.step(frame, end, x, v, h, guess=guess, history=state.history)
         return RunState(q1, qd1, x1, v1, history)
 
@@ -258,16 +274,17 @@ class NeurokRun(Run):
     def decode(self, q) -> np.ndarray:
         """Vertex positions (metres, float32) of latent q."""
         if self._blend is not None:
-            weights, y, transform = self._blend
-            z = (transform @ q.detach().cpu().numpy()).reshape(-1, 12)        # each handle's A (row-major), b
-            maps = np.concatenate([z[:, :9].reshape(-1, 3, 3).transpose(0, 2, 1), z[:, None, 9:]], axis=1)
-            P = (weights @ maps.reshape(-1, 12).astype(np.float32)).reshape(-1, 4, 3)   # [N,4,3]
-            x = self._rest_m + P[:, 3]
-            for c in range(3):
-                x += y[c] * P[:, c]
-            return x
+            return blended(q, self._blend, self._rest_m)
         qn = q.detach().cpu().numpy().astype(np.float32)
         return self._rest_m + self._W @ (self._node_basis_m @ qn).reshape(-1, 3)
+
+    def _layer_move(self, dq) -> np.ndarray:
+        """The displacement [N,3] (or the proxy's vertices' [P,3]) of the latent change dq."""
+        if self.proxy is None:
+            return self.decode(dq) - self._rest_m
+        if self._blend is None:
+            return self.proxy.restrict(self.decode(dq) - self._rest_m)
+        return blended(dq, self._layer_blend, self._layer_rest) - self._layer_rest
 
     def _iter_frames(self):
         first = True

@@ -56,11 +56,6 @@ class SheetProxy:
         """The fine sheet's vertices [N,3] on the proxy at `x_proxy` [P,3]."""
         return self.embedding.positions(x_proxy)
 
-    def velocities(self, v_proxy) -> np.ndarray:
-        """The fine sheet's vertex velocities [N,3], interpolated from the proxy's (the turn of each
-        vertex's offset from its triangle left out: a velocity the latent step projects)."""
-        return self.embedding.matrix @ np.asarray(v_proxy, dtype=np.float64)
-
 
 def _coarse_sheet(rest, faces, vertices, pinned):
     keep, coarse_faces = coarsen(rest, faces, vertices, pinned)
