@@ -92,8 +92,10 @@ class _Collapser:
             if self.border[v] and len(self.border[v]) != 2:
                 self.locked[v] = True
         self.alive = n
+        # a queued cost holds while u's neighbours are as they were: `changes` counts their changes
+        self.changes = [0] * n
         u, v = np.concatenate([edges, edges[:, ::-1]]).T
-        self.heap = list(zip(_first_costs(rest, edges, u, v).tolist(), u.tolist(), v.tolist()))
+        self.heap = list(zip(_first_costs(rest, edges, u, v).tolist(), u.tolist(), v.tolist(), [0] * len(u)))
         heapq.heapify(self.heap)
 
     def _cost(self, u, v):
@@ -103,13 +105,14 @@ class _Collapser:
 
     def run(self, target):
         while self.alive > target and self.heap:
-            cost, u, v = heapq.heappop(self.heap)
+            cost, u, v, seen = heapq.heappop(self.heap)
             if self.removed[u] or self.removed[v] or v not in self.nbrs[u]:
                 continue
-            now = self._cost(u, v)
-            if now > cost * (1.0 + 1e-12):          # u's neighbours changed since: queue it again
-                heapq.heappush(self.heap, (now, u, v))
-                continue
+            if seen != self.changes[u]:
+                now = self._cost(u, v)
+                if now > cost * (1.0 + 1e-12):      # u's neighbours changed since: queue it again
+                    heapq.heappush(self.heap, (now, u, v, self.changes[u]))
+                    continue
             if self._allowed(u, v):
                 self._collapse(u, v)
 
@@ -165,6 +168,7 @@ class _Collapser:
         self.vfaces[u] = set()
         for w in self.nbrs[u]:
             self.nbrs[w].discard(u)
+            self.changes[w] += 1
             if w != v:
                 self.nbrs[w].add(v)
                 self.nbrs[v].add(w)
@@ -179,8 +183,8 @@ class _Collapser:
         self.alive -= 1
         # v's edges already queued are costed again when they come up (`run`); its new ones are queued
         for w in new:
-            heapq.heappush(self.heap, (self._cost(v, w), v, w))
-            heapq.heappush(self.heap, (self._cost(w, v), w, v))
+            heapq.heappush(self.heap, (self._cost(v, w), v, w, self.changes[v]))
+            heapq.heappush(self.heap, (self._cost(w, v), w, v, self.changes[w]))
 
     def result(self):
         keep = np.nonzero(~np.asarray(self.removed))[0]
