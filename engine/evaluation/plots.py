@@ -65,7 +65,8 @@ def make_figures(result, stress, bench_result, ablations, fig_dir):
     # time vs vertices
     if bench_result["rows"]:
         fig, ax = plt.subplots(figsize=(5.4, 3.8))
-        line = lambda r: (r["engine"] + (", self-collision" if r.get("self_collision") else ""), r["device"])  # noqa: E731
+        line = lambda r: (r["engine"] + (", self-collision" if r.get("self_collision") else "")  # noqa: E731
+                          + (", layer on every vertex" if r.get("full_layer") else ""), r["device"])
         keys = sorted({line(r) for r in bench_result["rows"]})
         for k, (eng, dev) in enumerate(keys):
             rs = sorted([r for r in bench_result["rows"] if line(r) == (eng, dev)], key=lambda r: r["vertices"])
