@@ -1,16 +1,18 @@
 """The coarse sheet the full-space layer iterates on when the mesh is finer than it needs.
 
 The layer's iterations cost in proportion to the vertices, and on a fine sheet they converge less
-(its springs are stiffer against a vertex's inertia), so a 10k-vertex flag in its gust took 1.3 s
-a frame and swung later than the reference (docs/DESIGN_NOTES.md, "Sheets"). At medium detail a
-sheet of more than `PROXY_VERTICES` vertices takes its layer on a coarser triangulation of itself
+(its springs are stiffer against a vertex's inertia): on every vertex the bench's sheet costs 161 ms
+a frame at 10k vertices and 1.8 s at 100k, on its proxy 45 ms at either (`neurok bench`), and a
+10k flag's rollout is no further from the reference's on its proxy (docs/DESIGN_NOTES.md,
+"Sheets"). At medium detail a sheet of more than `PROXY_VERTICES` vertices takes its layer on a
+coarser triangulation of itself
 (`core.coarse_mesh.coarsen`: a subset of its own vertices, about evenly spread, border, corners and
 pins kept), the way an artist simulates a proxy and binds the render mesh to it; every fine vertex
 follows the coarse triangle it lies on (`core.coarse_mesh.Embedding`). The latent step still runs
 on the whole mesh and predicts the coarse vertices' move; masses and painted forces are carried
 to the coarse vertices by the embedding's weights, so the coarse sheet weighs what the fine one
-does and feels the same pushes. Folds are as fine as the coarse sheet's edges (about 2% of a
-1 m sheet's side at 2,000 vertices). High detail iterates on the full mesh.
+does and feels the same pushes. Folds are as fine as the coarse sheet's edges (about 1/45 of a
+square sheet's side at 2,000 vertices). High detail iterates on the full mesh.
 """
 from __future__ import annotations
 
