@@ -9,6 +9,7 @@ the same object with gradients on, so what is trained is exactly what runs.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from ..core.physics import FLOOR_OMEGA2, pin_stiffness
@@ -323,8 +324,8 @@ class LatentScene:
         points that the sparse J [N,P] interpolates (a sheet's coarse proxy, `sheet_proxy.py`), as
         one function: its matrix [d, 3P] is made once, so a call costs O(P d), not O(N H)."""
         n, p = J.shape
-        mass_basis = (self.vertex_mass[:, None, None] * self._B.reshape(n, 3, self.dims)).reshape(n, -1)
-        E = np.linalg.solve(self._encode_lhs, np.asarray(J.T @ mass_basis).reshape(3 * p, self.dims).T)
+        weighted = (J.T @ sp.diags(self.vertex_mass)).tocsr()          # no mass-weighted copy of the basis
+        E = np.linalg.solve(self._encode_lhs, np.asarray(weighted @ self._B.reshape(n, -1)).reshape(3 * p, self.dims).T)
         return lambda v_norm: _t(E @ np.asarray(v_norm, dtype=np.float64).ravel(), self.device)
 
     def _pins(self):
