@@ -71,13 +71,13 @@ def proxy_setup(setup, keep, faces, embedding):
     mass = vertex_masses(setup)
     proxy_mass = embedding.transfer(mass)
 
-    def carried(accel):          # [N,3] m/s^2 on the fine sheet -> [P,3] on the proxy
-        return embedding.transfer(mass[:, None] * accel) / proxy_mass[:, None]
+    def carried(per_vertex):     # an acceleration or a force's weight [N] or [N,3] -> per proxy vertex
+        a = np.asarray(per_vertex, np.float64)
+        shape = (-1,) + (1,) * (a.ndim - 1)
+        return embedding.transfer(mass.reshape(shape) * a) / proxy_mass.reshape(shape)
 
-    force_terms = [(embedding.transfer(mass * np.asarray(w, np.float64)) / proxy_mass, accel, profile)
-                   for w, accel, profile in setup.force_terms]
-    accel_table = (None if setup.accel_table is None
-                   else np.stack([carried(np.asarray(a, np.float64)) for a in setup.accel_table]))
+    force_terms = [(carried(w), accel, profile) for w, accel, profile in setup.force_terms]
+    accel_table = None if setup.accel_table is None else np.stack([carried(a) for a in setup.accel_table])
     return replace(setup, rest=np.asarray(setup.rest, np.float64)[keep], faces=faces,
                    x0=np.asarray(setup.x0, np.float64)[keep], v0=np.asarray(setup.v0, np.float64)[keep],
                    pin_weight=np.asarray(setup.pin_weight, np.float64)[keep],
