@@ -6,7 +6,11 @@ The learned engine runs as a default (Medium) run does, above 2,000 vertices on 
 (`learned/sheet_proxy.py`), and with the layer on every vertex (`--sheet-layer full`, High's).
 
     OMP_NUM_THREADS=1 python experiments/sheet_sizes.py [--sizes 1000 10000] [--scenes flag drape]
-        [--frames 24] [--no-self-collision] [--out eval_out/sheet_sizes]
+        [--frames 24] [--no-self-collision] [--iterations N ...] [--out eval_out/sheet_sizes]
+
+`--iterations 40 60` also runs the proxy with that many layer iterations a substep (a default run
+takes 20), to see what the first fall costs. Each proxy run is followed by the reference's own frames
+seen through the proxy (restricted to its vertices and embedded back): what the proxy can show at best.
 
 `--no-self-collision` runs the scenes without it (the flag's reference at 10k then takes about 7
 minutes instead of more than an hour: the reference's self-contact at 10k vertices is slow).
@@ -71,6 +75,8 @@ def main(argv=None) -> int:
     p.add_argument("--scenes", nargs="*", default=["flag", "drape"], choices=["flag", "drape"])
     p.add_argument("--frames", type=int, default=24)
     p.add_argument("--no-self-collision", action="store_true", help="the scenes without self-collision")
+    p.add_argument("--iterations", type=int, nargs="*", default=[],
+                   help="also run the proxy with this many layer iterations a substep (default run: 20)")
     p.add_argument("--out", default="eval_out/sheet_sizes")
     args = p.parse_args(argv)
     import torch
@@ -93,16 +99,27 @@ def main(argv=None) -> int:
             ran = "kept" if seconds is None else f"{1000 * seconds / (len(ref) - 1):.0f} ms/frame"
             print(f"{name} {setup.num_vertices} vertices: reference {ran}", flush=True)
             runs = {"reference": ref}
-            for choice in ("on", "full") if setup.num_vertices > SHEET_PROXY_VERTICES else ("on",):
+            proxied = setup.num_vertices > SHEET_PROXY_VERTICES
+            variants = [("on", None), ("full", None)] if proxied else [("on", None)]
+            variants += [("on", k) for k in args.iterations] if proxied else []
+            for choice, iterations in variants:
                 t1 = time.perf_counter()
                 run = model.prepare(setup, sheet_layer=choice)
+                if iterations is not None:
+                    run.layer.iterations = iterations
                 xs = np.asarray(run.bake())
                 t2 = time.perf_counter()
                 what = (f"layer on a {len(run.layer.rest):,}-vertex proxy" if run.proxy is not None
                         else "layer on every vertex")
+                what += f", {run.config.substeps} x {run.layer.iterations} iterations a frame"
                 print(f"  {what}: {measures(xs, ref, setup, label)} | "
                       f"{1000 * (t2 - t1) / (len(xs) - 1):.0f} ms/frame with its prepare", flush=True)
-                runs["NeuROK, " + ("proxy" if run.proxy is not None else "every vertex")] = xs
+                if iterations is None:
+                    runs["NeuROK, " + ("proxy" if run.proxy is not None else "every vertex")] = xs
+                if run.proxy is not None and iterations is None:
+                    # what the proxy can show at best: the reference's own frames at its vertices, embedded
+                    through = np.stack([run.proxy.positions(x[run.proxy.keep]) for x in ref])
+                    print(f"  the reference through the proxy: {measures(through, ref, setup, label)}", flush=True)
             path = Path(args.out) / f"{name}_{setup.num_vertices}.png"
             contact_sheet(runs, setup.faces, path, rows=5, floor_z=setup.floor_z,
                           title=f"{name}, {setup.num_vertices} vertices")
