@@ -189,3 +189,22 @@ def test_data_holds_every_evaluation_scenes_reference(tmp_path):
             assert not read_kept_head(cache.path(job))[1], f"{preset} {case[0]}: the kept reference is a failure"
     full = scenes_physics(dict(PRESETS["full"], scenes=("monkey", "ico_sphere")), tmp_path / "meshes")[0]
     assert {c[0]: j["reference"].options["lattice_cells"] for c, j in full} == {"monkey": 8, "ico_sphere": 6}
+
+
+def test_the_evaluation_sets_in_data_are_current_and_on_their_presets_lattice():
+    """Each preset's evaluation set kept in data/eval is made on its preset's lattice, none of it stale,
+    and the oracle runs on the lattice its sequences were made on. The small set is on the converged
+    8 cells: on the generator's 4 a body stands on its lattice's flat sole, and the squeezed union that
+    tips over and rolls on 8 and 12 cells (as the model's does) stayed upright."""
+    from engine.evaluation.metrics import eval_jobs
+    from engine.evaluation.physics_cache import DATA
+    from engine.evaluation.suite import PRESETS, pick_indices
+    assert PRESETS["small"]["set_lattice"] == gen.CONVERGED_LATTICE
+    for preset, cfg in PRESETS.items():
+        folder = DATA / "eval" / preset
+        indices = pick_indices(cfg["seed"], cfg["sequences"], cfg["heldout"])
+        plan = gen.DataSetPlan(folder, folder / "index.json", cfg["seed"], max(indices) + 1, None, cfg["set_lattice"])
+        plan.settle(indices, cfg["frames"], 1.0 / 24.0)
+        assert plan.todo == [], f"{preset}: sequences {plan.todo} of the evaluation set are missing or stale"
+        oracle_lattices = {job.options["lattice_cells"] for job in eval_jobs(gen.load_index(folder), noise_sequences=0).values()}
+        assert oracle_lattices == {cfg["set_lattice"]}

@@ -26,7 +26,7 @@ def test_small_preset_writes_a_report(tmp_path):
                        force_scales=(1.0, 100.0), stress_frames=6, resolutions=(300,), truth_max_vertices=400,
                        bench_sizes=(300,), bench_frames=2, scenes=("toy_drop", "torus", "flag_wind"), scene_frames=8,
                        noise_scenes=("torus",), noise_frames=3, noise_sequences=1, beam_frames=12, gif_frames=4,
-                       energy_steps=10, truth_lattice=4)          # ground truth on the generator's lattice: fast
+                       energy_steps=10, truth_lattice=4, set_lattice=4)   # ground truth on the generator's lattice: fast
     text = open(report).read()
     assert "$" not in text.replace("$$", "")                      # every template field was filled
     headline = text.split("## Headline", 1)[1]

@@ -303,15 +303,16 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
 def eval_jobs(entries, oracle_handles=None, noise_sequences=NOISE_SEQUENCES, noise_frames=NOISE_FRAMES,
               oracle=True) -> dict:
     """{(file, kind): physics_cache.Job} of an evaluation: the oracle on every sequence (at the data
-    generator's settings, as the sequences were made) and the noise floor of the first
-    `noise_sequences`."""
+    generator's settings, on the lattice the sequences were made on: `load_index`'s `lattice_cells`)
+    and the noise floor of the first `noise_sequences`."""
     from ..training.generate import GENERATOR_LATTICE, GENERATOR_SUBSTEP
     from .physics_cache import sequence_job
     jobs = {}
     for k, e in enumerate(entries):
         if oracle:
             jobs[e["file"], "oracle"] = sequence_job("oracle", e["path"], handles=oracle_handles,
-                                                     lattice_cells=GENERATOR_LATTICE, substep=GENERATOR_SUBSTEP)
+                                                     lattice_cells=e.get("lattice_cells") or GENERATOR_LATTICE,
+                                                     substep=GENERATOR_SUBSTEP)
         if k < noise_sequences:
             frames = min(noise_frames, int(e.get("frames") or noise_frames))
             jobs[e["file"], "noise_floor"] = sequence_job("noise_floor", e["path"], frames=frames)

@@ -448,16 +448,18 @@ def _run_in_pool(jobs, workers, record):
 
 
 def load_index(data_dir) -> list[dict]:
-    """All sequences listed by the index files of a data folder (any shards). A folder of bare
-    sequence files with no index (e.g. baked in Blender) counts as all `train`."""
+    """All sequences listed by the index files of a data folder (any shards), each with its index's
+    `lattice_cells` (the solids' lattice; None where not recorded). A folder of bare sequence files
+    with no index (e.g. baked in Blender) counts as all `train`."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise NeurokError(f"{data_dir}: no such data folder")
     entries = {}
     for p in sorted(data_dir.glob("index*.json")):
         try:
-            for e in json.loads(p.read_text())["sequences"]:
-                entries[e["file"]] = e
+            index = json.loads(p.read_text())
+            for e in index["sequences"]:
+                entries[e["file"]] = dict(e, lattice_cells=index.get("lattice_cells"))
         except (json.JSONDecodeError, KeyError, TypeError):
             raise NeurokError(f"{p}: not a readable index file") from None
     if not entries:
