@@ -82,6 +82,33 @@ def test_animated_collider_pushes_a_body_aside(engine):
     assert abs(xs[-1, :, 1].mean()) < 0.05
 
 
+def test_a_ball_squeezed_between_two_closing_plates_stays_where_it_is(engine):
+    """Two Collision boxes close in on a jelly ball resting on the floor (friction 0.5 on both) until
+    their gap is 70 % of its diameter, then hold: it is held between them, untilted and in place, as
+    the reference's is (on 8 cells: centre within 1 mm, tilt 0.0 deg, width 199 mm; issue 55)."""
+    from engine.evaluation.scenes import box_collider, uv_sphere
+    frames, r, closed = 40, 0.15, 0.105
+    mesh = uv_sphere(r)
+    mesh.vertices[:, 2] += r
+
+    def plate(side):
+        path = []
+        for t in range(frames):
+            inner = r + 0.01 + (closed - r - 0.01) * min(t / 24.0, 1.0)         # the plate's inner face
+            x0, x1 = (inner, inner + 0.1) if side > 0 else (-inner - 0.1, -inner)
+            path.append(box_collider((x0, -0.3, 0.0), (x1, 0.3, 0.5))["vertices"])
+        return dict(box_collider((0, 0, 0), (1, 1, 1), friction=0.5, thickness=0.005, name=f"plate {side}"),
+                    positions=path)
+    vise = dict(scene(frames, {"preset": "jelly"}, [plate(1), plate(-1)]), floor={"z": 0.0, "friction": 0.5})
+    vise["colliders"] = [{k: v for k, v in c.items() if k != "vertices"} for c in vise["colliders"]]
+    xs = run(engine, setup_from_scene(mesh, vise))
+    width = np.ptp(xs[-1, :, 0])
+    assert 2 * closed - 0.02 < width < 2 * closed + 0.01, width       # squeezed to the gap, less the shells
+    assert np.abs(xs[:, :, :2].mean(axis=1)).max() < 0.005            # its centre stays within 5 mm
+    from engine.core.measures import best_rotation
+    assert max(np.degrees(np.arccos(np.clip(best_rotation(xs[0], x)[2, 2], -1, 1))) for x in xs) < 2.0
+
+
 def test_collider_gradient_matches_energy(engine):
     mesh = ball()
     table, _ = table_under(mesh, gap=-0.05)                          # the ball starts 5 cm into it
