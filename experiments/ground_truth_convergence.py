@@ -61,10 +61,10 @@ def floor_on_vertices_only():
     from engine.reference.simulator import ReferenceSimulator
     floor = ReferenceSimulator._floor_terms
 
-    def vertices_only(self, x, x_prev, need_hess, mass=None):
+    def vertices_only(self, x, need_hess, mass=None, below=0.0):
         if mass is not None:
             return 0.0, np.zeros(x.size), None
-        return floor(self, x, x_prev, need_hess, mass)
+        return floor(self, x, need_hess)
     ReferenceSimulator._floor_terms = vertices_only
 
 

@@ -53,9 +53,9 @@ class FrictionContacts:
                                   for k in ("index", "normal", "weight", "surface_slide")))
 
 
-def floor_contacts(floor_z: float | None, mu: float, points, stiffness) -> FrictionContacts | None:
-    """Points [P,3] below the floor with penalty `stiffness` [P] (N/m, or the engine's units): the
-    normal force of each is stiffness * depth."""
+def floor_contacts(floor_z, mu: float, points, stiffness) -> FrictionContacts | None:
+    """Points [P,3] below the floor (its height `floor_z`: a number, or one per point) with penalty
+    `stiffness` [P] (N/m, or the engine's units): the normal force of each is stiffness * depth."""
     if floor_z is None or mu <= 0.0:
         return None
     depth = floor_z - np.asarray(points)[:, 2]

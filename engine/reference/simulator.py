@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from ..core.colliders import is_closed_surface, signed_distance
 from ..core.errors import Cancelled, SimulationFault
 from ..core.geometry import lumped_vertex_areas
 from ..core.friction import changed
@@ -40,9 +41,24 @@ from .solid import StableNeoHookean
 
 DEFAULT_SUBSTEP = 1.0 / 96.0    # longest substep, seconds
 DEFAULT_ORDER = 2               # quadratic tetrahedra: no bending locking
+# How a solid's lattice nodes meet the floor. "nodes": each at the floor's height, as the vertices (the
+# physics of PHYSICS_VERSIONS solid 3). The lattice's cells reach past the body, so its bottom nodes
+# make a flat sole: a rubber box dropped on its corner stands on it, and a body squeezed between
+# two pushes stays upright on 4 cells where it tips over on 8 and 12 (docs/PHYSICS.md, "The floor under
+# the lattice"). "body": a node may sink below the floor as far as it lies outside the body at rest, so
+# only the body itself stands on the floor (nodes inside it still keep the cells from folding).
+LATTICE_FLOORS = ("nodes", "body")
 # friction's normal forces are taken at the substep's start, then again at its solution while they
 # change (a contact that starts or ends in the substep): IPC's lagged updates
 FRICTION_UPDATES = 2
+
+
+def node_depth_outside(nodes, rest, faces) -> np.ndarray:
+    """[D] how far each lattice node lies outside the body's closed surface at rest (0 inside); zeros
+    for an open surface, whose inside is not defined."""
+    if not is_closed_surface(faces):
+        return np.zeros(len(nodes))
+    return np.maximum(signed_distance(nodes, rest, faces, closed=True)[0], 0.0)
 
 
 def line_search(total, x, energy, slope, step, alpha=1.0):
@@ -75,7 +91,9 @@ class ReferenceSimulator:
 
     def __init__(self, setup: Setup, lattice_cells: int = DEFAULT_LATTICE_CELLS, substep: float = DEFAULT_SUBSTEP,
                  newton_iterations: int = 20, tolerance: float = 1e-5, order: int = DEFAULT_ORDER,
-                 self_contact: bool = True, budget: Work | None = DEFAULT_BUDGET):
+                 self_contact: bool = True, budget: Work | None = DEFAULT_BUDGET, lattice_floor: str = "nodes"):
+        if lattice_floor not in LATTICE_FLOORS:
+            raise ValueError(f"lattice_floor must be one of {LATTICE_FLOORS}, got {lattice_floor!r}")
         self.setup = setup
         self.budget = budget
         self.work_peak = Work()         # the most work any substep has done so far
@@ -105,6 +123,11 @@ class ReferenceSimulator:
             self.elastic = StableNeoHookean(lat.nodes, lat.tets, mat.stiffness, mat.poisson, order=order,
                                             i2_share=mat.i2_share)
             self.dof_mass = mat.density * lat.node_volume
+        # how far below the floor each degree of freedom may go: nothing for a cloth's vertices and (by
+        # default) for a solid's lattice nodes; with lattice_floor "body", as far as the node lies outside
+        self.node_floor_depth = np.zeros(len(self.rest_dofs))
+        if self.lattice is not None and lattice_floor == "body":
+            self.node_floor_depth = node_depth_outside(self.rest_dofs, rest, np.asarray(setup.faces))
         self.self_contact = (LatticeSelfContact(self.lattice, mat.stiffness)
                              if self.lattice is not None and self_contact else None)
         self._work = None               # the running substep's count
@@ -166,14 +189,15 @@ class ReferenceSimulator:
         f = self.W.T @ f_vertices + self.dof_mass[:, None] * np.asarray(s.gravity)[None, :]
         return np.asarray(f).ravel()
 
-    def _floor_terms(self, x, need_hess, mass=None):
-        """Floor penalty on points x (vertices, or a solid's lattice nodes)."""
+    def _floor_terms(self, x, need_hess, mass=None, below=0.0):
+        """Floor penalty on points x (vertices, or a solid's lattice nodes with their masses `mass`),
+        each allowed `below` metres under the floor ([P] or a number)."""
         mass = self.vertex_mass if mass is None else mass
         z = self.setup.floor_z
         n = len(x)
         if z is None:
             return 0.0, np.zeros(3 * n), None
-        pen = np.minimum(x[:, 2] - z, 0.0)
+        pen = np.minimum(x[:, 2] - (z - below), 0.0)
         contact = pen < 0
         k = mass * FLOOR_OMEGA2
         energy = 0.5 * float(np.sum(k * pen ** 2))
@@ -219,7 +243,7 @@ class ReferenceSimulator:
             e_floor, g_floor, H_floor = self._floor_terms(x, need_hess)
             # the lattice body may not pass the floor either: a node pushed through it under a
             # vertex held by it folds the cell between them (inverted elements)
-            e_nodes, g_nodes, H_nodes = (self._floor_terms(y, need_hess, self.dof_mass)
+            e_nodes, g_nodes, H_nodes = (self._floor_terms(y, need_hess, self.dof_mass, self.node_floor_depth)
                                          if self.lattice is not None else (0.0, 0.0, None))
             e_floor, g_floor, H_floor = _plus((e_floor, g_floor, H_floor), friction_terms(slip[0], x, x_prev, h, need_hess))
             if slip[1] is not None:
@@ -267,7 +291,7 @@ class ReferenceSimulator:
         friction's normal forces, at the vertices and (a solid) at the lattice nodes that feel the
         floor and colliders too, and (a cloth) between its layers where `sheet_pairs` touch."""
         x = np.asarray(self.W @ y)
-        nodes = (friction_contacts(self.setup, y, self.dof_mass, frame, frame_start, frame_end)
+        nodes = (friction_contacts(self.setup, y, self.dof_mass, frame, frame_start, frame_end, self.node_floor_depth)
                  if self.lattice is not None else None)
         layers = (LayerFriction.of(sheet_pairs, x, self.sheet_contact.distance, self.setup.self_friction)
                   if sheet_pairs is not None else None)

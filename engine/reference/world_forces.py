@@ -89,11 +89,12 @@ def block_diagonal(idx, blocks, P):
     return sp.coo_matrix((blocks.ravel(), (r.ravel(), cidx.ravel())), shape=(3 * P, 3 * P)).tocsr()
 
 
-def friction_contacts(setup, points, mass, frame, frame_start, frame_end) -> FrictionContacts | None:
+def friction_contacts(setup, points, mass, frame, frame_start, frame_end, below=0.0) -> FrictionContacts | None:
     """The floor's and the colliders' friction contacts of points [P,3] (masses [P]), found at
-    `frame`, for the substep from `frame_start` to `frame_end`."""
+    `frame`, for the substep from `frame_start` to `frame_end`; each point meets the floor `below`
+    metres under it ([P] or a number: `ReferenceSimulator.node_floor_depth`)."""
     k = mass * FLOOR_OMEGA2
-    floor = floor_contacts(setup.floor_z, setup.floor_friction, points, k)
+    floor = floor_contacts(None if setup.floor_z is None else setup.floor_z - below, setup.floor_friction, points, k)
     if not setup.colliders:
         return floor
     cols = collider_contacts(setup.colliders, points, k, frame, lambda c: c.at(frame_end) - c.at(frame_start))
