@@ -1,6 +1,7 @@
 """Balance: a ball at rest, equal and opposite pushes, a ball thrown along the floor (issue 23).
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/balance.py [--model CKPT] [--radius 0.25] [--json OUT.json]
+        [--cases throw] [--cells 8] [--lattice-floor body]
 
 A UV sphere (`evaluation.scenes.uv_sphere`, 16 rings x 32 segments) of `--radius` metres, 72
 frames at 1/24 s (3 s), each case in the learned engine and in the reference simulator:
@@ -11,6 +12,10 @@ frames at 1/24 s (3 s), each case in the learned engine and in the reference sim
   (the lattice nodes': the vertex centre wobbles as the embedded surface deforms);
 - throw: jelly on the floor, 2 m/s along x; where it is after 3 s (mm) and the model's over the
   reference's.
+
+`--cases` runs only the cases whose names start with these words; `--cells` and `--lattice-floor`
+set the reference's lattice (default: the evaluation's, 12 cells) and how its nodes meet the floor
+(`reference.simulator.LATTICE_FLOORS`; "body": the body stands on the floor, not on its lattice's sole).
 """
 from __future__ import annotations
 
@@ -58,17 +63,25 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--detail", choices=DETAILS, default="medium",
                    help="the learned engine's level of detail (a scene's \"detail\")")
+    p.add_argument("--cases", nargs="*", default=None, help="only the cases starting with these words (rest, push, throw)")
+    p.add_argument("--cells", type=int, default=None, help="the reference's lattice (default: the evaluation's)")
+    p.add_argument("--lattice-floor", default="nodes", help="how the reference's lattice nodes meet the floor")
     args = p.parse_args(argv)
+    from engine.evaluation.scene_eval import REFERENCE_SETTINGS
+    settings = dict(REFERENCE_SETTINGS, lattice_floor=args.lattice_floor,
+                    **({"lattice_cells": args.cells} if args.cells else {}))
     torch.set_num_threads(1)
     engine = open_engine("neurok", model=args.model, device="cpu")
     ball = uv_sphere(args.radius)
     out = {}
     for name, scene in cases(args.radius).items():
+        if args.cases and not any(name.startswith(c) for c in args.cases):
+            continue
         scene = dict(scene, detail=args.detail)
         setup = setup_from_scene(ball, scene)
         run = engine.prepare(setup)
         model = run.bake()
-        ref = reference_rollout(setup)
+        ref = reference_rollout(setup, settings)
         row = {}
         for who, x in (("model", model), ("reference", ref)):
             c = x.mean(axis=1)
