@@ -198,13 +198,11 @@ def test_the_evaluation_sets_in_data_are_current_and_on_their_presets_lattice():
     tips over and rolls on 8 and 12 cells (as the model's does) stayed upright."""
     from engine.evaluation.metrics import eval_jobs
     from engine.evaluation.physics_cache import DATA
-    from engine.evaluation.suite import PRESETS, pick_indices
+    from engine.evaluation.suite import PRESETS, eval_set_plan
     assert PRESETS["small"]["set_lattice"] == gen.CONVERGED_LATTICE
     for preset, cfg in PRESETS.items():
         folder = DATA / "eval" / preset
-        indices = pick_indices(cfg["seed"], cfg["sequences"], cfg["heldout"])
-        plan = gen.DataSetPlan(folder, folder / "index.json", cfg["seed"], max(indices) + 1, None, cfg["set_lattice"])
-        plan.settle(indices, cfg["frames"], 1.0 / 24.0)
+        plan = eval_set_plan(folder, cfg["seed"], cfg["sequences"], cfg["heldout"], cfg["frames"], cfg["set_lattice"])
         assert plan.todo == [], f"{preset}: sequences {plan.todo} of the evaluation set are missing or stale"
         oracle_lattices = {job.options["lattice_cells"] for job in eval_jobs(gen.load_index(folder), noise_sequences=0).values()}
         assert oracle_lattices == {cfg["set_lattice"]}

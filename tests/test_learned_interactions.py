@@ -17,6 +17,7 @@ import torch
 from engine.api import open_engine
 from engine.core.fields import Effector, total_accel
 from engine.core.formats import Mesh
+from engine.core.measures import best_rotation
 from engine.core.scene import setup_from_scene
 from engine.learned.checkpoint import default_model_path
 from engine.learned.latent_scene import LatentScene
@@ -91,21 +92,19 @@ def test_a_ball_squeezed_between_two_closing_plates_stays_where_it_is(engine):
     mesh = uv_sphere(r)
     mesh.vertices[:, 2] += r
 
-    def plate(side):
+    def plate(side):            # an animated box: its corners at every frame ("positions")
         path = []
         for t in range(frames):
             inner = r + 0.01 + (closed - r - 0.01) * min(t / 24.0, 1.0)         # the plate's inner face
             x0, x1 = (inner, inner + 0.1) if side > 0 else (-inner - 0.1, -inner)
             path.append(box_collider((x0, -0.3, 0.0), (x1, 0.3, 0.5))["vertices"])
-        return dict(box_collider((0, 0, 0), (1, 1, 1), friction=0.5, thickness=0.005, name=f"plate {side}"),
-                    positions=path)
+        return {"name": f"plate {side}", "faces": box_collider((0, 0, 0), (1, 1, 1))["faces"], "positions": path,
+                "friction": 0.5, "thickness": 0.005}
     vise = dict(scene(frames, {"preset": "jelly"}, [plate(1), plate(-1)]), floor={"z": 0.0, "friction": 0.5})
-    vise["colliders"] = [{k: v for k, v in c.items() if k != "vertices"} for c in vise["colliders"]]
     xs = run(engine, setup_from_scene(mesh, vise))
     width = np.ptp(xs[-1, :, 0])
     assert 2 * closed - 0.02 < width < 2 * closed + 0.01, width       # squeezed to the gap, less the shells
     assert np.abs(xs[:, :, :2].mean(axis=1)).max() < 0.005            # its centre stays within 5 mm
-    from engine.core.measures import best_rotation
     assert max(np.degrees(np.arccos(np.clip(best_rotation(xs[0], x)[2, 2], -1, 1))) for x in xs) < 2.0
 
 

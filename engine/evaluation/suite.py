@@ -104,15 +104,23 @@ def pick_indices(seed, sequences, heldout):
     return chosen
 
 
-def make_eval_set(out, seed, sequences, heldout, frames, workers=None, quiet=False, lattice_cells=GENERATOR_LATTICE):
-    """Generate (or resume) the chosen sequences into `out` with an `index.json`, solids on a lattice
-    of `lattice_cells`: sequences whose stamp still matches are kept, missing and stale ones made
-    (`generate.DataSetPlan`)."""
+def eval_set_plan(out, seed, sequences, heldout, frames, lattice_cells=GENERATOR_LATTICE) -> DataSetPlan:
+    """The evaluation set in `out` sorted into kept and to make (`plan.todo`: missing or stale), solids
+    on a lattice of `lattice_cells` (`generate.DataSetPlan`); nothing is written."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     indices = pick_indices(seed, sequences, heldout)
     plan = DataSetPlan(out, out / "index.json", seed, max(indices) + 1, None, lattice_cells)
     plan.settle(indices, frames, 1.0 / 24.0)
+    return plan
+
+
+def make_eval_set(out, seed, sequences, heldout, frames, workers=None, quiet=False, lattice_cells=GENERATOR_LATTICE):
+    """Generate (or resume) the chosen sequences into `out` with an `index.json`, solids on a lattice
+    of `lattice_cells`: sequences whose stamp still matches are kept, missing and stale ones made
+    (`eval_set_plan`)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    plan = eval_set_plan(out, seed, sequences, heldout, frames, lattice_cells)
     todo = list(plan.todo)
     workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
     bar = None if quiet or not todo else ProgressBar(len(todo), f"eval set ({len(todo)} to make)")
