@@ -159,6 +159,23 @@ def test_bench_json_schema(tiny):
         for key in ("encode_ms", "ms_per_frame", "peak_mb"):
             assert isinstance(row[key], float) and row[key] >= 0
     assert "reference_over_neurok" in r["ratios"]
+    [contact] = [row for row in r["rows"] if row["engine"] == "neurok_solid_contact"]
+    assert np.isfinite(contact["ms_per_frame"]) and contact["ms_per_frame"] > 0
+
+
+def test_bench_contact_scene_touches_the_floor_and_slides_along_x():
+    """The contact row's sphere starts on its floor and is thrown along +x: over 2 frames its lowest
+    vertex stays within 2 cm of the floor and its centre moves more than 1 cm along x."""
+    from engine.api import open_engine
+    from engine.evaluation.bench import bench_mesh, contact_setup
+    torch.set_num_threads(1)
+    mesh = bench_mesh(200)
+    setup = contact_setup(mesh, 3)
+    assert setup.floor_z == pytest.approx(mesh.vertices[:, 2].min()) and setup.floor_friction > 0
+    xs = np.asarray(open_engine("neurok", device="cpu").prepare(setup).bake(), np.float64)
+    assert xs.shape == (3, len(mesh.vertices), 3) and np.isfinite(xs).all()
+    assert np.abs(xs[:, :, 2].min(axis=1) - setup.floor_z).max() < 0.02
+    assert xs[2, :, 0].mean() - xs[0, :, 0].mean() > 0.01
 
 
 def _one_scene(amplitude):

@@ -27,6 +27,9 @@ size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed s
   layer's thickness layer against the sheet's folds, Blender's 5 mm; the add-on's cloth has it by
   default, a scene file only when it asks), the layer on:
   `self_collision` true and a note; `ratios` divides its ms_per_frame by the layered row's.
+- neurok_solid_contact (sizes up to 10k): the learned engine on the same sphere, unpinned, set on a
+  floor at its lowest point and thrown along it at 2 m/s (`CONTACT_SCENE`, initial velocity): the
+  floor contact and its Coulomb friction (0.5) act every frame. No ratio.
 - blender_cloth: Blender's own cloth simulator on the same mesh and frames, pinned by a vertex
   group (gravity only: cloth on the surface mesh, not a volumetric solid; a speed reference);
   blender_cloth_sheet: the same on the cloth rows' sheet, pinned along its top edge (gravity only),
@@ -67,6 +70,12 @@ CLOTH_SCENE = {"format": "neurok.scene/1", "dt": 1.0 / 24.0, "gravity": [0.0, 0.
                            "profile": {"type": "sine", "frequency": 0.7}}],
                "floor": None}
 CLOTH_UP_TO = 100_000           # cloth rows at sizes up to this many vertices
+# the bench's sphere thrown along a floor at 2 m/s: the floor contact and its Coulomb friction act every
+# frame ("z" is set per mesh by `contact_setup`: the floor at the sphere's lowest point)
+CONTACT_SCENE = {"format": "neurok.scene/1", "dt": 1.0 / 24.0, "gravity": [0.0, 0.0, -9.81],
+                 "material": {"preset": "rubber"}, "pins": [], "forces": [],
+                 "floor": {"z": 0.0, "friction": 0.5}, "initial": {"velocity": [2.0, 0.0, 0.0]}}
+CONTACT_UP_TO = 10_000          # contact rows at sizes up to this many vertices
 
 
 def bench_mesh(n: int):
@@ -77,6 +86,12 @@ def bench_mesh(n: int):
 def bench_setup(mesh, frames: int, scene=None):
     from ..core.scene import setup_from_scene
     return setup_from_scene(mesh, dict(scene or BENCH_SCENE, frames=frames))
+
+
+def contact_setup(mesh, frames: int):
+    """`CONTACT_SCENE` on `mesh`: the floor at its lowest vertex, so that it starts touching."""
+    floor = dict(CONTACT_SCENE["floor"], z=float(np.asarray(mesh.vertices)[:, 2].min()))
+    return bench_setup(mesh, frames, dict(CONTACT_SCENE, floor=floor))
 
 
 def bench_sheet(n: int):
@@ -307,7 +322,7 @@ def machine() -> dict:
 
 
 def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=True, blender=True, cuda=None,
-          reference_frames=None, threads=None, quiet=False, cloth=True) -> dict:
+          reference_frames=None, threads=None, quiet=False, cloth=True, contact=True) -> dict:
     from ..api import default_model_path
     from ..core.progress import ProgressBar
     from ..learned.runtime import NeurokEngine
@@ -325,7 +340,9 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
     cpu_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     rows, notes = [], []
     cloth_sizes = [n for n in sizes if n <= CLOTH_UP_TO] if cloth else []
+    contact_sizes = [n for n in sizes if n <= CONTACT_UP_TO] if contact else []
     steps = (len(sizes) * (len(devices) + int(reference) + int(blender)) + len(cloth_sizes) * (2 + int(blender))
+             + len(contact_sizes)
              + sum(1 for n in cloth_sizes if len(bench_sheet(n).vertices) > SHEET_PROXY_VERTICES))
     bar = None if quiet else ProgressBar(steps, "bench")
     for n in sizes:
@@ -354,6 +371,12 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
                 rows.append(dict({"engine": "blender_cloth", "device": "cpu", "vertices": nv}, **r))
             if bar:
                 bar.update(1, postfix=f"blender cloth {nv} v")
+        if n in contact_sizes:   # the learned engine on the sphere thrown along a floor: contact and friction
+            r = bench_neurok(engines["cpu"], contact_setup(mesh, frames), "cpu")
+            rows.append(dict({"engine": "neurok_solid_contact", "device": "cpu", "vertices": nv}, **r,
+                             torch_threads=torch.get_num_threads()))
+            if bar:
+                bar.update(1, postfix=f"neurok solid contact {nv} v: {r['ms_per_frame']:.1f} ms/frame")
         if n in cloth_sizes:   # the learned engine on a sheet of cloth: its handles follow the sheet's area
             sheet = bench_sheet(n)
             r = bench_neurok(engines["cpu"], bench_setup(sheet, frames, CLOTH_SCENE), "cpu")
@@ -389,7 +412,9 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
         bar.close()
     result = {"format": "neurok.bench/1", "machine": machine(), "model": str(model_path), "rows": rows,
               "ratios": ratios(rows), "scene": "geodesic sphere, rubber, pinned slab at low x, 10 m/s^2 push + gravity, dt 1/24 s",
-              "cloth_scene": "1 m square sheet of cloth, top edge pinned, 6 m/s^2 sine gust at 0.7 Hz + gravity, dt 1/24 s"}
+              "cloth_scene": "1 m square sheet of cloth, top edge pinned, 6 m/s^2 sine gust at 0.7 Hz + gravity, dt 1/24 s",
+              "contact_scene": "the same sphere, rubber, unpinned, on a floor at its lowest point (friction 0.5), "
+                               "thrown along x at 2 m/s + gravity, dt 1/24 s"}
     if notes:
         result["notes"] = notes
     return result
