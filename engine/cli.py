@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"of more than {SHEET_PROXY_VERTICES:,} vertices takes it on a coarse proxy of that many; "
                         "full: on the full mesh, about "
                         f"{SHEET_LAYER_MS_PER_1000_VERTICES} ms a frame per 1,000 vertices, `neurok bench`)")
+    s.add_argument("--solid-layer", choices=("off", "on"), default="off",
+                   help="learned engine, solids (experimental): the fine level that iterates the solid's lattice in "
+                        "full space after each latent step, where the body is touched (docs/DESIGN_NOTES.md, "
+                        "'Contact and the floor'; slower, and not yet closer to the reference: off by default)")
     s.add_argument("--keep-good-frames", action="store_true",
                    help="when the run stops (implausible or unstable frame), write the frames before it "
                         "instead of nothing")
@@ -191,11 +195,12 @@ def cmd_simulate(args):
         print(f"note: {note}", file=sys.stderr)
     if args.lattice_cells is not None and args.lattice_cells < 1:
         raise NeurokError(f"--lattice-cells must be 1 or more, got {args.lattice_cells}")
-    if args.sheet_layer != "auto" and args.engine != "neurok":
-        raise NeurokError("--sheet-layer is the learned engine's setting (--engine neurok)")
+    if (args.sheet_layer != "auto" or args.solid_layer != "off") and args.engine != "neurok":
+        raise NeurokError("--sheet-layer and --solid-layer are the learned engine's settings (--engine neurok)")
     engine = open_engine(args.engine, args.model, args.device, lattice_cells=args.lattice_cells)
     t0 = time.perf_counter()
-    run = engine.prepare(setup, sheet_layer=args.sheet_layer) if args.engine == "neurok" else engine.prepare(setup)
+    run = (engine.prepare(setup, sheet_layer=args.sheet_layer, solid_layer=args.solid_layer) if args.engine == "neurok"
+           else engine.prepare(setup))
     if run.ood and run.ood.get("level") != "ok":
         print(f"warning: {run.ood['message']}", file=sys.stderr)
     bar = ProgressBar(setup.frames, f"simulate ({args.engine})")

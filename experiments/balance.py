@@ -1,7 +1,8 @@
 """Balance: a ball at rest, equal and opposite pushes, a ball thrown along the floor (issue 23).
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/balance.py [--model CKPT] [--radius 0.25] [--json OUT.json]
-        [--cases throw] [--cells 8] [--lattice-floor body]
+        [--cases throw] [--cells 8] [--lattice-floor body] [--solid-layer on] [--layer-iterations 20 60]
+        [--no-reference]
 
 A UV sphere (`evaluation.scenes.uv_sphere`, 16 rings x 32 segments) of `--radius` metres, 72
 frames at 1/24 s (3 s), each case in the learned engine and in the reference simulator:
@@ -16,11 +17,14 @@ frames at 1/24 s (3 s), each case in the learned engine and in the reference sim
 `--cases` runs only the cases whose names start with these words; `--cells` and `--lattice-floor`
 set the reference's lattice (default: the evaluation's, 12 cells) and how its nodes meet the floor
 (`reference.simulator.LATTICE_FLOORS`; "body": the body stands on the floor, not on its lattice's sole).
+`--solid-layer on` runs the learned engine with its fine level (`learned/solid_layer.py`), once per
+`--layer-iterations` count; `--no-reference` leaves the reference out (the model's rows alone).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +70,10 @@ def main(argv=None) -> int:
     p.add_argument("--cases", nargs="*", default=None, help="only the cases starting with these words (rest, push, throw)")
     p.add_argument("--cells", type=int, default=None, help="the reference's lattice (default: the evaluation's)")
     p.add_argument("--lattice-floor", default="nodes", help="how the reference's lattice nodes meet the floor")
+    p.add_argument("--solid-layer", choices=("off", "on"), default="off", help="the learned engine's fine level")
+    p.add_argument("--layer-iterations", type=int, nargs="*", default=None,
+                   help="the fine level's iterations per substep (one model run each)")
+    p.add_argument("--no-reference", action="store_true", help="the model alone")
     args = p.parse_args(argv)
     from engine.evaluation.scene_eval import REFERENCE_SETTINGS
     settings = dict(REFERENCE_SETTINGS, lattice_floor=args.lattice_floor,
@@ -79,23 +87,33 @@ def main(argv=None) -> int:
             continue
         scene = dict(scene, detail=args.detail)
         setup = setup_from_scene(ball, scene)
-        run = engine.prepare(setup)
-        model = run.bake()
-        ref = reference_rollout(setup, settings)
-        row = {}
-        for who, x in (("model", model), ("reference", ref)):
-            c = x.mean(axis=1)
-            side = 1000 * np.linalg.norm(c[:, :2] - c[0, :2], axis=1)
-            row[who] = {"sideways_mm_most": float(side.max()), "down_mm_end": float(1000 * (c[0, 2] - c[-1, 2])),
-                        "x_mm_end": float(1000 * (c[-1, 0] - c[0, 0])),
-                        "moved_mm_most": float(1000 * np.linalg.norm(c - c[0], axis=1).max())}
-        if name.startswith("push"):
-            n = node_centre(run, model[::4])
-            row["model"]["mass_centre_moved_mm_most"] = float(1000 * np.linalg.norm(n - n[0], axis=1).max())
-        if name.startswith("throw"):
-            row["model_over_reference"] = row["model"]["x_mm_end"] / row["reference"]["x_mm_end"]
-        out[name] = row
-        print(name, json.dumps(row), flush=True)
+        ref = None if args.no_reference else reference_rollout(setup, settings)
+        for iterations in args.layer_iterations or [None]:
+            run = engine.prepare(setup, solid_layer=args.solid_layer)
+            if iterations is not None and run.layer is not None:
+                run.layer.iterations = iterations
+            t0 = time.perf_counter()
+            model = run.bake()
+            seconds = time.perf_counter() - t0
+            row = {}
+            for who, x in (("model", model), ("reference", ref)):
+                if x is None:
+                    continue
+                c = x.mean(axis=1)
+                side = 1000 * np.linalg.norm(c[:, :2] - c[0, :2], axis=1)
+                row[who] = {"sideways_mm_most": float(side.max()), "down_mm_end": float(1000 * (c[0, 2] - c[-1, 2])),
+                            "x_mm_end": float(1000 * (c[-1, 0] - c[0, 0])),
+                            "moved_mm_most": float(1000 * np.linalg.norm(c - c[0], axis=1).max()),
+                            "lowest_mm_below_floor": float(1000 * max(0.0, -args.radius - float(x[:, :, 2].min())))}
+            row["model"]["ms_per_frame"] = 1000 * seconds / len(model)
+            if name.startswith("push"):
+                n = node_centre(run, model[::4])
+                row["model"]["mass_centre_moved_mm_most"] = float(1000 * np.linalg.norm(n - n[0], axis=1).max())
+            if name.startswith("throw") and ref is not None:
+                row["model_over_reference"] = row["model"]["x_mm_end"] / row["reference"]["x_mm_end"]
+            key = name if args.solid_layer == "off" else f"{name}, fine level, {iterations or 'default'} iterations"
+            out[key] = row
+            print(key, json.dumps(row), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0

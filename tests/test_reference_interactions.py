@@ -20,7 +20,8 @@ from engine.core.colliders import Collider
 from engine.core.fields import Effector
 from engine.core.formats import Mesh
 from engine.core.scene import setup_from_scene
-from engine.reference.world_forces import collider_terms, friction_contacts, friction_terms
+from engine.core.friction import friction_contacts
+from engine.reference.world_forces import collider_terms, friction_terms
 from engine.reference.simulator import ReferenceSimulator
 from engine.training.shapes import _geodesic_sphere
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .colliders import point_motion, shell_contacts
+from .physics import FLOOR_OMEGA2
 
 FRICTION_SLIP_SPEED = 1.0e-3   # m/s: slower slides are static friction (a body held on a slope creeps below this)
 
@@ -78,6 +79,18 @@ def collider_contacts(colliders, points, stiffness, frame: float, motion) -> Fri
         slide = np.zeros((len(idx), 3)) if c.frames == 1 else point_motion(closest, tri, c.at(frame), motion(c))
         parts.append(FrictionContacts(idx, n, c.friction * stiffness[idx] * (c.thickness_outer - sd), slide))
     return FrictionContacts.join(parts)
+
+
+def friction_contacts(setup, points, mass, frame, frame_start, frame_end, below=0.0) -> FrictionContacts | None:
+    """The floor's and the colliders' friction contacts of a setup (both engines' full-space solves) of points [P,3] (masses [P]), found at
+    `frame`, for the substep from `frame_start` to `frame_end`; each point meets the floor `below`
+    metres under it ([P] or a number: the reference's `node_depth_outside`)."""
+    k = mass * FLOOR_OMEGA2
+    floor = floor_contacts(None if setup.floor_z is None else setup.floor_z - below, setup.floor_friction, points, k)
+    if not setup.colliders:
+        return floor
+    cols = collider_contacts(setup.colliders, points, k, frame, lambda c: c.at(frame_end) - c.at(frame_start))
+    return FrictionContacts.join([floor, cols])
 
 
 def changed(old, new, share: float = 0.1) -> bool:

@@ -26,6 +26,7 @@ from .strain_energy import DTYPE
 from .ood import ood_report
 from .sheet_layer import SheetLayer, layer_wanted
 from .sheet_proxy import SheetProxy, proxy_wanted
+from .solid_layer import SolidLayer
 from .terms import elastic
 
 SUBSTEP = 1.0 / 48.0      # longest latent step (s) of a sheet, and of every body with plain backward Euler
@@ -38,6 +39,7 @@ SUBSTEP = 1.0 / 48.0      # longest latent step (s) of a sheet, and of every bod
 SOLID_STEP = 1.0 / 24.0
 DATA_STEP = 1.0 / 48.0
 SCHEMES = ("matched", "backward_euler", "implicit_midpoint")
+SOLID_LAYER_CHOICES = ("off", "on")
 GUARD_FULL_CHECK_EVERY = 8   # frames between two full plausibility checks (quick checks between)
 
 
@@ -98,23 +100,29 @@ class RunConfig:
     substeps: int        # latent steps per frame
     sheet_layer: bool    # a sheet's full-space layer corrects each latent step (`sheet_layer.py`)
     layer_proxy: bool    # ... iterating on a coarse proxy of the sheet (`sheet_proxy.py`)
+    solid_layer: bool    # a solid's fine level on its lattice corrects each latent step (`solid_layer.py`)
     # the learned closures act (`LatentScene.closures`). They make up for a locked sheet's latent
     # step on its own; under the layer they only bent its prediction away (`neurok prior-vs-trained`:
     # 1.06x the prior's distance, docs/MODEL_CARD.md), so they are off there
     closures: bool
 
 
-def run_config(setup: Setup, kind: str, integrator: str, sheet_layer: str) -> RunConfig:
-    """The `RunConfig` of a body of `kind` ("solid", "cloth") under `integrator` (`SCHEMES`) and
-    the `sheet_layer` choice (`core.setup.SHEET_LAYER_CHOICES`)."""
+def run_config(setup: Setup, kind: str, integrator: str, sheet_layer: str, solid_layer: str = "off") -> RunConfig:
+    """The `RunConfig` of a body of `kind` ("solid", "cloth") under `integrator` (`SCHEMES`), the
+    `sheet_layer` choice (`core.setup.SHEET_LAYER_CHOICES`) and the `solid_layer` one ("on",
+    "off"). A solid with its fine level steps at the reference's 1/48 s (backward Euler, the
+    reference's scheme), the latent step's theta matched to that step."""
     if integrator not in SCHEMES:
         raise ValueError(f"unknown integrator '{integrator}' ({', '.join(SCHEMES)})")
+    if solid_layer not in SOLID_LAYER_CHOICES:
+        raise ValueError(f"unknown solid layer choice '{solid_layer}' ({', '.join(SOLID_LAYER_CHOICES)})")
+    fine = kind == "solid" and solid_layer == "on"
     matched_solid = integrator == "matched" and kind == "solid"
     layer = kind == "cloth" and layer_wanted(sheet_layer, setup)
     return RunConfig(scheme="theta" if matched_solid else ("backward_euler" if integrator == "matched" else integrator),
-                     substeps=substeps_for(setup.dt, SOLID_STEP if matched_solid else SUBSTEP),
+                     substeps=substeps_for(setup.dt, SOLID_STEP if matched_solid and not fine else SUBSTEP),
                      sheet_layer=layer, layer_proxy=layer and sheet_layer != "full" and proxy_wanted(setup),
-                     closures=not layer)
+                     solid_layer=fine, closures=not layer)
 
 
 class RunState(NamedTuple):
@@ -141,7 +149,7 @@ class NeurokRun(Run):
     retry_window = GUARD_FULL_CHECK_EVERY
 
     def __init__(self, model, setup: Setup, device="cpu", integrator="matched", meta=None, subspace=None,
-                 sheet_layer="auto"):
+                 sheet_layer="auto", solid_layer="off"):
         """`subspace`: this one instead of the mesh's cached one (`LatentScene`). `sheet_layer`
         ("auto", "on", "off", "full"): whether a sheet also takes the full-space layer's iterations
         (`sheet_layer.py`; "auto": but at low detail), and "full": on the full mesh, never a proxy. How the run steps is
@@ -149,7 +157,7 @@ class NeurokRun(Run):
         super().__init__(setup)
         t0 = time.perf_counter()
         kind = setup.material.kind if subspace is None else subspace.kind
-        self.config = run_config(setup, kind, integrator, sheet_layer)
+        self.config = run_config(setup, kind, integrator, sheet_layer, solid_layer)
         # one thread here too: the fit's many mid-sized products ran 9x slower on 2 busy cores
         with torch.no_grad(), single_threaded():
             self.scene = LatentScene(model, setup, subspace=subspace, device=device, closures=self.config.closures)
@@ -170,6 +178,10 @@ class NeurokRun(Run):
                       if self.config.sheet_layer else None)
         self._encode_layer_velocity = (self.scene.encode_velocity if self.proxy is None
                                        else self.scene.velocity_encoder(self.proxy.embedding.matrix))
+        if self.config.solid_layer:     # a solid's fine level: the layer's state is its lattice's nodes
+            self.layer = SolidLayer(setup, self.scene)
+            self._encode_layer_velocity = self.scene.velocity_encoder(self.layer.W)
+            self._node_move_m = sub.norm.scale * sub.node_basis.reshape(-1, self.scene.dims)
         if self.proxy is not None and self._blend is not None:     # the latent move at the proxy's vertices only
             weights, y, transform = self._blend
             keep = self.proxy.keep
@@ -221,6 +233,9 @@ class NeurokRun(Run):
     def _initial_state(self):
         x, v = ((np.asarray(self.layer.setup.x0, np.float64), np.asarray(self.layer.setup.v0, np.float64))
                 if self.layer is not None else (None, None))
+        if self.config.solid_layer:     # the lattice's nodes where the latent state puts them
+            x = self.layer.rest + self._layer_move(self.scene.q0)
+            v = self._layer_move(self.scene.qd0)
         return RunState(self.scene.q0, self.scene.qd0, x, v, ())
 
     def states(self):
@@ -269,6 +284,8 @@ class NeurokRun(Run):
     def _positions(self, state) -> np.ndarray:
         if state.x is None:
             return self.decode(state.q)
+        if self.config.solid_layer:
+            return self.layer.positions(state.x).astype(np.float32)
         return (state.x if self.proxy is None else self.proxy.positions(state.x)).astype(np.float32)
 
     def decode(self, q) -> np.ndarray:
@@ -279,7 +296,10 @@ class NeurokRun(Run):
         return self._rest_m + self._W @ (self._node_basis_m @ qn).reshape(-1, 3)
 
     def _layer_move(self, dq) -> np.ndarray:
-        """The displacement [N,3] (or the proxy's vertices' [P,3]) of the latent change dq."""
+        """The displacement [N,3] (or the proxy's vertices' [P,3], a solid's lattice nodes' [n,3])
+        of the latent change dq."""
+        if self.config.solid_layer:
+            return (self._node_move_m @ dq.detach().cpu().numpy()).reshape(-1, 3)
         if self.proxy is None:
             return self.decode(dq) - self._rest_m
         if self._blend is None:
@@ -306,9 +326,10 @@ class NeurokEngine(Engine):
         for p in self.model.parameters():
             p.requires_grad_(False)
 
-    def prepare(self, setup: Setup, sheet_layer: str = "auto") -> NeurokRun:
-        """`sheet_layer`: "auto", "on", "off" or "full" (`NeurokRun`)."""
-        return NeurokRun(self.model, setup, self.device, self.integrator, self.meta, sheet_layer=sheet_layer)
+    def prepare(self, setup: Setup, sheet_layer: str = "auto", solid_layer: str = "off") -> NeurokRun:
+        """`sheet_layer`: "auto", "on", "off" or "full"; `solid_layer`: "off" or "on" (`NeurokRun`)."""
+        return NeurokRun(self.model, setup, self.device, self.integrator, self.meta, sheet_layer=sheet_layer,
+                         solid_layer=solid_layer)
 
     def sample_pose(self, setup: Setup, seed=0, temperature=1.0) -> np.ndarray:
         """A plausible deformed pose: a draw from the Boltzmann distribution of the learned elastic

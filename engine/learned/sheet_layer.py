@@ -237,29 +237,8 @@ class SheetLayer:
         return energy + 0.5 * float(np.sum((x - self.rest) * Qu)), grad + Qu
 
     def contact_planes(self, x, reach, end):
-        """[(vertex indices, a point on the plane [A,3], outward normal [A,3], Coulomb coefficient)]:
-        each vertex within `reach` (metres) of a collider's shell meets that collider's tangent
-        plane at its closest point over this substep (found once, at the substep's guess x)."""
-        planes = []
-        floor = self.setup.floor_z
-        if floor is not None:
-            near = np.nonzero(x[:, 2] < floor + reach)[0]
-            if len(near):
-                normal = np.zeros((len(near), 3))
-                normal[:, 2] = 1.0
-                planes.append((near, np.full((len(near), 3), [0.0, 0.0, floor]), normal, self.floor_friction))
-        for c in self.colliders:
-            verts = c.at(end)
-            grow = c.thickness_outer + reach
-            inside_box = np.nonzero(np.all((x >= verts.min(axis=0) - grow) & (x <= verts.max(axis=0) + grow), axis=1))[0]
-            if not len(inside_box):
-                continue
-            sd, normal, closest = signed_distance(x[inside_box], verts, c.faces, c.closed)
-            keep = sd < grow
-            if keep.any():
-                shell = closest[keep] + c.thickness_outer * normal[keep]
-                planes.append((inside_box[keep], shell, normal[keep], c.friction))
-        return planes
+        """`contact_planes` of this sheet's setup."""
+        return contact_planes(self.setup, x, reach, end)
 
     def contacts(self, x) -> bool:
         """Whether any vertex at x lies behind its contact plane."""
@@ -284,6 +263,33 @@ class SheetLayer:
                 hit = idx[inside]
                 v[hit] = coulomb_velocity(v[hit], normal[inside], depth[inside], mu, h)
         return v
+
+
+def contact_planes(setup, x, reach, end, floor=True):
+    """[(vertex indices, a point on the plane [A,3], outward normal [A,3], Coulomb coefficient)]:
+    each vertex of x [N,3] within `reach` (metres) of the setup's floor or a collider's shell meets
+    that one's tangent plane at its closest point over the substep ending at frame `end` (found
+    once a substep, at its guess x; the sheet's and the solid's layers); `floor`: with the floor's."""
+    planes = []
+    height = setup.floor_z if floor else None
+    if height is not None:
+        near = np.nonzero(x[:, 2] < floor + reach)[0]
+        if len(near):
+            normal = np.zeros((len(near), 3))
+            normal[:, 2] = 1.0
+            planes.append((near, np.full((len(near), 3), [0.0, 0.0, height]), normal, setup.floor_friction))
+    for c in setup.colliders or []:
+        verts = c.at(end)
+        grow = c.thickness_outer + reach
+        inside_box = np.nonzero(np.all((x >= verts.min(axis=0) - grow) & (x <= verts.max(axis=0) + grow), axis=1))[0]
+        if not len(inside_box):
+            continue
+        sd, normal, closest = signed_distance(x[inside_box], verts, c.faces, c.closed)
+        keep = sd < grow
+        if keep.any():
+            shell = closest[keep] + c.thickness_outer * normal[keep]
+            planes.append((inside_box[keep], shell, normal[keep], c.friction))
+    return planes
 
 
 def as_columns(x) -> np.ndarray:

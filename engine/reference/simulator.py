@@ -26,14 +26,14 @@ import scipy.sparse.linalg as spla
 from ..core.colliders import is_closed_surface, signed_distance
 from ..core.errors import Cancelled, SimulationFault
 from ..core.geometry import lumped_vertex_areas
-from ..core.friction import changed
+from ..core.friction import changed, friction_contacts
 from ..core.physics import FLOOR_OMEGA2
 from ..core.self_contact import LayerFriction, SheetSelfContact
 from ..core.setup import Setup
 from .budget import (BUDGET_RETRY_FACTOR, DEFAULT_BUDGET, RETRY_NEWTON_ITERATIONS, OutOfWork, SubstepWork, Work,
                      WorkBudgetExceeded, halvings, setup_load)
 from .cloth import ClothModel
-from .world_forces import collider_terms, external_accel, friction_contacts, friction_terms
+from .world_forces import collider_terms, external_accel, friction_terms
 from .lattice import DEFAULT_LATTICE_CELLS, Lattice
 from .pins import Pins, pinned_box
 from .lattice_contact import LatticeSelfContact

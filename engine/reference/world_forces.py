@@ -13,7 +13,7 @@ behind an open one) is pushed out by the penalty
 d_i the signed distance to the collider where it is at the END of the substep (a fractional
 frame: a moving collider is interpolated linearly between its stored frames). Friction is
 Coulomb's law with the collider's own coefficient (`engine.core.friction`, as at the floor):
-`friction_contacts` finds the contacts at the substep's start and `friction_terms` adds their
+`core.friction.friction_contacts` finds the contacts at the substep's start and `friction_terms` adds their
 dissipation potential, the slide taken relative to the collider's own motion over the substep.
 Gradient and Gauss-Newton Hessian (k m n n^T per contact) are per point; the simulator
 pulls them back to its degrees of freedom through W. The geometry (closest point, normal,
@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from ..core.colliders import Collider, point_motion, shell_contacts
 from ..core.fields import total_accel, vertex_normals
-from ..core.friction import FrictionContacts, collider_contacts, coulomb_terms, floor_contacts
+from ..core.friction import FrictionContacts, coulomb_terms
 from ..core.physics import FLOOR_OMEGA2
 
 
@@ -87,18 +87,6 @@ def block_diagonal(idx, blocks, P):
     r = (3 * idx[:, None, None] + np.arange(3)[None, :, None]) + np.zeros((1, 1, 3), dtype=np.int64)
     cidx = (3 * idx[:, None, None] + np.arange(3)[None, None, :]) + np.zeros((1, 3, 1), dtype=np.int64)
     return sp.coo_matrix((blocks.ravel(), (r.ravel(), cidx.ravel())), shape=(3 * P, 3 * P)).tocsr()
-
-
-def friction_contacts(setup, points, mass, frame, frame_start, frame_end, below=0.0) -> FrictionContacts | None:
-    """The floor's and the colliders' friction contacts of points [P,3] (masses [P]), found at
-    `frame`, for the substep from `frame_start` to `frame_end`; each point meets the floor `below`
-    metres under it ([P] or a number: `ReferenceSimulator.node_floor_depth`)."""
-    k = mass * FLOOR_OMEGA2
-    floor = floor_contacts(None if setup.floor_z is None else setup.floor_z - below, setup.floor_friction, points, k)
-    if not setup.colliders:
-        return floor
-    cols = collider_contacts(setup.colliders, points, k, frame, lambda c: c.at(frame_end) - c.at(frame_start))
-    return FrictionContacts.join([floor, cols])
 
 
 def friction_terms(contacts: FrictionContacts | None, x, x_prev, h, need_hess=True):

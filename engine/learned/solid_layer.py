@@ -1,0 +1,253 @@
+"""The fine level of a solid: its embedding lattice, iterated in full space where the smooth
+state space cannot follow (issue 55).
+
+A solid's state space is a few dozen smooth handles over its embedding lattice. Where the body is
+touched that is the limit: a ball rolling on the floor cannot flatten its contact patch, a poke
+spreads over a whole side, a pinned body cannot hinge at its pins (docs/DESIGN_NOTES.md, "Contact
+and the floor"). So, as a sheet's layer does (`sheet_layer.py`), a solid can take two moves per
+substep:
+
+1. the latent step predicts how what the subspace holds moves, inertia the rest
+   (`runtime.NeurokRun._layer_substep`);
+2. quasi-Newton iterations on the lattice's nodes themselves, started at that prediction,
+   minimise the substep's incremental potential in full space,
+
+       E(x) = 1/(2h^2) |x - x_n - h v_n|_M^2 + Y sum_g w_g psi(F_g(x)) + Rayleigh damping
+              - f . x + pins + floor and colliders (penalty) + Coulomb friction,
+
+   with the model's own strain energy density psi (`strain_energy.StrainEnergy.solid`, the one
+   the latent step integrates: neo-Hookean and its learned correction) at 8 Gauss points of each
+   trilinear cell (one point per cell would leave the cells' hourglass modes free), the Rayleigh
+   damping air M + beta K with K taken at x_n (as the reference takes it), and the contact and friction
+   laws of `core.mesh_physics` and `core.friction` felt by the surface vertices W x (the body
+   meets the floor, not its lattice). The first inverse Hessian of the L-BFGS iterations is one
+   prefactored solve with inertia, pins and an isotropic rest stiffness (the Dirichlet energy of
+   the cells times (2 mu + lambda) Y: it commutes with a turn of the whole body, so a body that
+   has rolled over is preconditioned as well as at rest).
+
+The surface follows the nodes by the lattice's trilinear weights, as the latent step decodes it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from ..core.friction import FRICTION_SLIP_SPEED, coulomb_terms, friction_contacts
+from ..core.mesh_physics import penalty_contact
+from ..core.physics import FLOOR_OMEGA2, pin_stiffness
+from .sheet_layer import LAYER_MEMORY, PrefactoredSolve, as_columns, contact_planes, quasi_newton
+from .subspace import build_lattice, held_nodes, held_points, trilinear_gradients
+
+SOLID_LAYER_ITERATIONS = 20
+GAUSS = 0.5 + 0.5 / np.sqrt(3.0) * np.array([-1.0, 1.0])
+GAUSS_POINTS = np.array([[a, b, c] for a in GAUSS for b in GAUSS for c in GAUSS])   # [8,3], 0..1 in a cell
+
+
+def strain_matrix(cell_nodes, n, gradients) -> sp.csr_matrix:
+    """B [9 G, 3 n] with vec F_g = B x for column-major x (each coordinate's column in turn), G =
+    cells x Gauss points: F_ij = sum_a x_a,i dN_a/dX_j (`subspace.solid_local_map`'s order)."""
+    C, P = len(cell_nodes), len(gradients)
+    rows, cols, vals = [], [], []
+    sample = (np.arange(C)[:, None] * P + np.arange(P)[None, :])           # [C,P]
+    for i in range(3):
+        for j in range(3):
+            row = np.broadcast_to((9 * sample + 3 * i + j)[:, :, None], (C, P, 8))
+            col = np.broadcast_to((i * n + cell_nodes)[:, None, :], (C, P, 8))
+            val = np.broadcast_to(gradients[None, :, :, j], (C, P, 8))
+            rows.append(row.ravel()); cols.append(col.ravel()); vals.append(val.ravel())
+    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                         shape=(9 * C * P, 3 * n))
+
+
+class SolidLayer:
+    """The full-space fine level of one solid, on its embedding lattice, in metres."""
+
+    def __init__(self, setup, scene, iterations: int = SOLID_LAYER_ITERATIONS, memory: int = LAYER_MEMORY):
+        """`scene`: the run's `LatentScene` (its subspace's lattice and the model's material)."""
+        self.setup, self.scene, self.iterations, self.memory = setup, scene, iterations, memory
+        sub = scene.sub
+        lattice = build_lattice(sub.rest, sub.faces, scene.resolution.lattice_cells)
+        assert len(lattice.nodes) == len(sub.nodes), "the subspace's own lattice"
+        self.rest = sub.norm.inverse(lattice.nodes)                         # [n,3] metres
+        self.W = lattice.W.tocsr()                                           # vertices <- nodes
+        self.WT = self.W.T.tocsr()
+        size = lattice.cell_size * sub.norm.scale
+        n = len(self.rest)
+        volume = np.repeat(lattice.inside_share * size ** 3 / len(GAUSS_POINTS), len(GAUSS_POINTS))   # [G] m^3
+        material = setup.material
+        self.B = strain_matrix(lattice.cell_nodes, n, trilinear_gradients(size, GAUSS_POINTS))
+        self.BT = self.B.T.tocsr()
+        self.weight = material.stiffness * volume                           # Y w_g: psi is per unit stiffness
+        mass = np.zeros(n)
+        np.add.at(mass, lattice.cell_nodes.ravel(), np.repeat(material.density * lattice.inside_share * size ** 3 / 8, 8))
+        self.mass = mass
+        self.vertex_mass = self._vertex_masses(mass)
+        diagonal = float(np.linalg.norm(np.ptp(self.rest, axis=0))) or 1.0
+        # the pins hold the lattice under a pinned face whole, as the subspace's handles do
+        held = np.asarray(setup.pin_weight, np.float64)
+        node_held = held_nodes(*held_points(lattice, sub.rest, sub.faces, held))
+        self.pin_k = pin_stiffness(np.zeros(n) if node_held is None else node_held, mass, material, diagonal)   # [n]
+        self._pinned = np.nonzero(held > 0)[0]
+        self.beta, self.air = material.damping, material.air_damping      # Rayleigh D = air M + beta K
+        mu, lam = scene.mu, scene.lam
+        # the isotropic rest stiffness: Y (2 mu + lambda) sum_g w_g |F_g - I|^2 / 2 has Hessian L (x) I_3
+        iso = sp.diags(np.repeat(self.weight * (2.0 * mu + lam), 9))
+        self.L_iso = (self.BT @ iso @ self.B).tocsr()[:n, :n]               # one coordinate's block
+        self._systems = {}
+        self._planes = []
+
+    def _vertex_masses(self, node_mass):
+        """kg per surface vertex: the nodes' masses shared out by the trilinear weights (the
+        floor's penalty and the pins are sized by what each vertex carries)."""
+        carried = np.asarray(self.W.sum(axis=0)).ravel()
+        return self.W @ (node_mass / np.maximum(carried, 1e-30))
+
+    # ----- the preconditioner
+
+    def _system(self, h):
+        """The substep's rest system [n,n], the same for the three coordinates: inertia, the
+        isotropic stiffness with its damping, and the pins' springs."""
+        if h not in self._systems:
+            diagonal = self.mass / h ** 2 + self.air * self.mass / h + self.pin_k
+            self._systems[h] = (sp.diags(diagonal) + (1.0 + self.beta / h) * self.L_iso).tocsc()
+        return self._systems[h]
+
+    def _precondition(self, h, planes, friction, surface_n, surface_guess):
+        """The prefactored solves of the rest system with the contacts' springs, one per
+        coordinate: the floor's penalty (and a collider's) acts along the contact's normal and
+        friction across it, each hundreds of times a node's inertia, and iterations that do not
+        see them let a body sink centimetres into the floor. A contact spring k_n n n^T + k_t
+        (I - n n^T) enters each coordinate by its diagonal; friction's k_t is its curvature at
+        the guess's slide (2 mu lambda / eps while static, mu lambda / |slide| sliding,
+        `core.friction`)."""
+        k = np.zeros((len(self.vertex_mass), 3))
+        penalty = self.vertex_mass * FLOOR_OMEGA2
+        if self.setup.floor_z is not None:          # the vertices the floor may meet this substep
+            k[:, 2] += np.where(self._near_floor, penalty, 0.0)
+        for idx, _, normal, _ in planes:
+            np.add.at(k, idx, penalty[idx, None] * normal ** 2)
+        if friction is not None:
+            i, n = friction.index, friction.normal
+            slide = surface_guess[i] - surface_n[i] - friction.surface_slide
+            slide = np.linalg.norm(slide - np.einsum("ai,ai->a", slide, n)[:, None] * n, axis=1)
+            eps = FRICTION_SLIP_SPEED * h
+            curvature = friction.weight * np.where(slide < eps, 2.0 / eps, 1.0 / np.maximum(slide, eps))
+            np.add.at(k, i, curvature[:, None] * (1.0 - n ** 2))
+        A = self._system(h)
+        solves = [PrefactoredSolve(A + self.WT @ sp.diags(k[:, c]) @ self.W).lu if k[:, c].any() else None
+                  for c in range(3)]
+        rest = PrefactoredSolve(A).lu if any(f is None for f in solves) else None
+        solves = [rest if f is None else f for f in solves]
+
+        def solve(r):
+            r = np.asarray(r, dtype=np.float32)
+            return as_columns(np.stack([f.solve(np.ascontiguousarray(r[:, c])) for c, f in enumerate(solves)], axis=1))
+        return solve
+
+    # ----- the step
+
+    def forces(self, frame: int) -> np.ndarray:
+        """Gravity and painted accelerations on the nodes, in newtons [n,3] (painted ones carried
+        from the vertices by the trilinear weights)."""
+        s = self.setup
+        accel = np.asarray(s.external_accel(frame), dtype=np.float64)
+        painted = self.WT @ (self.vertex_mass[:, None] * accel) if np.any(accel) else 0.0
+        return self.mass[:, None] * np.asarray(s.gravity, np.float64)[None, :] + painted
+
+    def step(self, frame: int, end: float, x_n, v_n, h: float, guess=None, history=()):
+        """(x, v) of the nodes after a substep h from (x_n, v_n), iterating from `guess` (default:
+        inertia); `end` is the fractional frame the substep ends at (where colliders are taken)."""
+        x_n = np.asarray(x_n, dtype=np.float64)
+        v_n = np.asarray(v_n, dtype=np.float64)
+        start = x_n + h * v_n if guess is None else np.array(guess, dtype=np.float64)
+        y_start = self.W @ start
+        reach = 2.0 * max(float(np.abs(start - x_n).max()), h * float(np.abs(v_n).max())) + 1e-3
+        self._planes = contact_planes(self.setup, y_start, reach, end, floor=False)   # colliders' (the floor's: `_contact`)
+        if self.setup.floor_z is not None:
+            self._near_floor = np.minimum(y_start[:, 2], (self.W @ x_n)[:, 2]) < self.setup.floor_z + reach
+        surface_n = self.W @ x_n
+        # Coulomb contacts found at the substep's start (lagged normal forces: the reference's law)
+        begin = end - h / self.setup.dt
+        friction = friction_contacts(self.setup, surface_n, self.vertex_mass, begin, begin, end)
+        energy = self.incremental_potential(frame, x_n, v_n, h, friction)
+        history = list(history)
+        for fallback in (x_n + h * v_n, x_n):       # a guess that inverts a cell: inertia, else the start
+            if np.isfinite(energy(start)[0]):
+                break
+            start = fallback
+        x = quasi_newton(energy, as_columns(start), self._precondition(h, self._planes, friction, surface_n,
+                                                                       self.W @ start),
+                         self.iterations, self.memory, history)
+        return x, (x - x_n) / h, tuple(history)
+
+    def pin_targets(self, frame: int) -> np.ndarray:
+        """Where the pins hold the nodes at `frame` [n,3]: the rest nodes moved by the affine map
+        that best carries the pinned vertices to their targets (exact for pins that stay or move
+        as one rigid or affine handle)."""
+        if not len(self._pinned):
+            return self.rest
+        rest = np.asarray(self.setup.rest, np.float64)[self._pinned]
+        moved = np.asarray(self.setup.pin_target(frame), np.float64)[self._pinned] - rest
+        affine = np.linalg.lstsq(np.c_[rest, np.ones(len(rest))], moved, rcond=None)[0]
+        return self.rest + np.c_[self.rest, np.ones(len(self.rest))] @ affine
+
+    def _density(self, y, need_hess=False):
+        feats = self.scene.features
+        t = torch.as_tensor(y, dtype=torch.float64)
+        psi, grad, hess = self.scene.model.energy.solid(t, feats, self.scene.mu, self.scene.lam, need_hess, True)
+        return (psi.numpy(), grad.numpy(), None if hess is None else hess.numpy())
+
+    def incremental_potential(self, frame, x_n, v_n, h, friction=None):
+        """E(x) -> (energy, gradient [n,3]) of the substep (module docstring), up to a constant;
+        `friction`: the substep's Coulomb contacts (`core.friction.FrictionContacts`)."""
+        diagonal = self.mass / h ** 2 + self.air * self.mass / h + self.pin_k   # inertia, the air's drag, pins
+        b = as_columns((self.mass / h ** 2)[:, None] * (x_n + h * v_n) + (self.air * self.mass / h)[:, None] * x_n
+                       + self.forces(frame) + self.pin_k[:, None] * self.pin_targets(frame + 1))
+        y_n = (self.B @ x_n.reshape(-1, order="F")).reshape(-1, 9)
+        _, _, stiffness_n = self._density(y_n, need_hess=True)                          # Rayleigh K at x_n
+        damping = (self.beta / h) * self.weight[:, None, None] * stiffness_n
+        surface_n = self.W @ x_n
+        weight = self.weight
+
+        def potential(x):
+            x = as_columns(x)
+            flat = x.reshape(-1, order="F")
+            y = (self.B @ flat).reshape(-1, 9)
+            psi, dpsi, _ = self._density(y)
+            if not np.all(np.isfinite(psi)):
+                return np.inf, np.zeros_like(x)
+            dy = y - y_n
+            ddy = np.einsum("gij,gj->gi", damping, dy)
+            energy = float(weight @ psi) + 0.5 * float(np.sum(dy * ddy))
+            grad = (self.BT @ (weight[:, None] * dpsi + ddy).ravel()).reshape((-1, 3), order="F")
+            energy += 0.5 * float(np.sum(diagonal[:, None] * x * x)) - float(np.sum(b * x))
+            grad = grad + diagonal[:, None] * x - b
+            surface = self.W @ x
+            e_c, g_c = self._contact(surface)
+            if friction is not None:
+                e_f, g_f, _ = coulomb_terms(friction, surface, surface_n, h)
+                e_c += e_f
+                np.add.at(g_c, friction.index, g_f)
+            return energy + e_c, as_columns(grad + self.WT @ g_c)
+        return potential
+
+    def _contact(self, surface):
+        """The penalty energy and gradient [N,3] of the floor, felt by every vertex at every
+        evaluation (a plane costs nothing to test, and a body rolling into it brings new vertices
+        down), and of the colliders' tangent planes found at the substep's guess."""
+        energy, grad = 0.0, np.zeros_like(surface)
+        if self.setup.floor_z is not None:
+            depth = np.maximum(self.setup.floor_z - surface[:, 2], 0.0)
+            k = self.vertex_mass * FLOOR_OMEGA2
+            energy = 0.5 * float(np.dot(k, depth * depth))
+            grad[:, 2] = -k * depth
+        for idx, point, normal, _ in self._planes:
+            e, g, _, _ = penalty_contact(surface[idx], point, normal, self.vertex_mass[idx])
+            energy += e
+            np.add.at(grad, idx, g)
+        return energy, grad
+
+    def positions(self, x) -> np.ndarray:
+        """The surface vertices [N,3] of node positions x."""
+        return self.W @ x
