@@ -299,7 +299,7 @@ class NeurokRun(Run):
         """The displacement [N,3] (or the proxy's vertices' [P,3], a solid's lattice nodes' [n,3])
         of the latent change dq."""
         if self.config.solid_layer:
-            return (self._node_move_m @ dq.detach().cpu().numpy()).reshape(-1, 3)
+            return self.layer.latent_moves @ (self._node_move_m @ dq.detach().cpu().numpy()).reshape(-1, 3)
         if self.proxy is None:
             return self.decode(dq) - self._rest_m
         if self._blend is None:

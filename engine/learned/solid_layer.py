@@ -63,12 +63,21 @@ def strain_matrix(cell_nodes, n, gradients) -> sp.csr_matrix:
 class SolidLayer:
     """The full-space fine level of one solid, on its embedding lattice, in metres."""
 
-    def __init__(self, setup, scene, iterations: int = SOLID_LAYER_ITERATIONS, memory: int = LAYER_MEMORY):
-        """`scene`: the run's `LatentScene` (its subspace's lattice and the model's material)."""
+    def __init__(self, setup, scene, iterations: int = SOLID_LAYER_ITERATIONS, memory: int = LAYER_MEMORY,
+                 cells: int | None = None):
+        """`scene`: the run's `LatentScene` (its subspace's lattice and the model's material);
+        `cells`: a lattice of its own with this many cells along the longest side (None: the
+        subspace's), the latent step's moves carried to its nodes by the subspace lattice's
+        trilinear weights (`latent_moves`)."""
         self.setup, self.scene, self.iterations, self.memory = setup, scene, iterations, memory
         sub = scene.sub
-        lattice = build_lattice(sub.rest, sub.faces, scene.resolution.lattice_cells)
-        assert len(lattice.nodes) == len(sub.nodes), "the subspace's own lattice"
+        coarse = scene.resolution.lattice_cells
+        lattice = build_lattice(sub.rest, sub.faces, cells or coarse)
+        if cells in (None, coarse):
+            assert len(lattice.nodes) == len(sub.nodes), "the subspace's own lattice"
+            self.latent_moves = sp.identity(len(sub.nodes), format="csr")
+        else:
+            self.latent_moves = build_lattice(sub.rest, sub.faces, coarse).weights_at(lattice.nodes)
         self.rest = sub.norm.inverse(lattice.nodes)                         # [n,3] metres
         self.W = lattice.W.tocsr()                                           # vertices <- nodes
         self.WT = self.W.T.tocsr()
