@@ -15,7 +15,7 @@ frames at 1/24 s (3 s), each case in the learned engine and in the reference sim
   reference's.
 
 `--cases` runs only the cases whose names start with these words; `--cells` and `--lattice-floor`
-set the reference's lattice (default: the evaluation's, 12 cells) and how its nodes meet the floor
+set the reference's lattice (default: the evaluation's, 12 cells; `--order` its elements) and how its nodes meet the floor
 (`reference.simulator.LATTICE_FLOORS`; "body": the body stands on the floor, not on its lattice's sole).
 `--solid-layer on` runs the learned engine with its fine level (`learned/solid_layer.py`), once per
 `--layer-iterations` count; `--no-reference` leaves the reference out (the model's rows alone).
@@ -70,6 +70,8 @@ def main(argv=None) -> int:
     p.add_argument("--cases", nargs="*", default=None, help="only the cases starting with these words (rest, push, throw)")
     p.add_argument("--cells", type=int, default=None, help="the reference's lattice (default: the evaluation's)")
     p.add_argument("--lattice-floor", default="nodes", help="how the reference's lattice nodes meet the floor")
+    p.add_argument("--order", type=int, choices=(1, 2), default=None,
+                   help="the reference's elements: 1 linear, 2 quadratic tetrahedra (default: the evaluation's)")
     p.add_argument("--solid-layer", choices=("off", "on"), default="off", help="the learned engine's fine level")
     p.add_argument("--layer-iterations", type=int, nargs="*", default=None,
                    help="the fine level's iterations per substep (one model run each)")
@@ -77,7 +79,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     from engine.evaluation.scene_eval import REFERENCE_SETTINGS
     settings = dict(REFERENCE_SETTINGS, lattice_floor=args.lattice_floor,
-                    **({"lattice_cells": args.cells} if args.cells else {}))
+                    **({"lattice_cells": args.cells} if args.cells else {}), **({"order": args.order} if args.order else {}))
     torch.set_num_threads(1)
     engine = open_engine("neurok", model=args.model, device="cpu")
     ball = uv_sphere(args.radius)

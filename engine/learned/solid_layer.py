@@ -144,10 +144,12 @@ class SolidLayer:
             curvature = friction.weight * np.where(slide < eps, 2.0 / eps, 1.0 / np.maximum(slide, eps))
             np.add.at(k, i, curvature[:, None] * (1.0 - n ** 2))
         A = self._system(h)
-        solves = [PrefactoredSolve(A + self.WT @ sp.diags(k[:, c]) @ self.W).lu if k[:, c].any() else None
-                  for c in range(3)]
-        rest = PrefactoredSolve(A).lu if any(f is None for f in solves) else None
-        solves = [rest if f is None else f for f in solves]
+        factors = {}              # coordinates with the same springs share a factor (the floor's x and y)
+        for c in range(3):
+            key = k[:, c].tobytes()
+            if key not in factors:
+                factors[key] = PrefactoredSolve(A + self.WT @ sp.diags(k[:, c]) @ self.W if k[:, c].any() else A).lu
+        solves = [factors[k[:, c].tobytes()] for c in range(3)]
 
         def solve(r):
             r = np.asarray(r, dtype=np.float32)

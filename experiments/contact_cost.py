@@ -1,0 +1,94 @@
+"""What floor contact and friction cost the learned engine's latent step, and where it goes.
+
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/contact_cost.py [--slip 0.001 0.01 0.05] [--frames 24]
+
+Two solids thrown along a floor: `neurok bench`'s rubber sphere of 1,000 vertices (its contact row,
+`bench.contact_setup`) and `experiments/balance.py`'s jelly ball. For each, ms a frame and, per latent
+step, how many times Newton evaluated the incremental potential with its Hessian ("hessians"), without
+("energies": the line search) and factorised its matrix, and how many Newton solves a step took
+(`integrators.minimize_with_friction` solves again where friction's normal forces change):
+frictionless, then with friction at each slip speed (`core.friction.FRICTION_SLIP_SPEED`, 1 mm/s in
+both engines; other values here patch the learned engine's only, to see what the law's threshold costs).
+"""
+from __future__ import annotations
+
+import argparse
+import runpy
+import time
+from pathlib import Path
+
+import torch
+
+
+class Counts:
+    """Counts the Newton loop's calls, by wrapping `integrators`' functions while a run bakes."""
+
+    def __init__(self):
+        import engine.learned.integrators as integrators
+        self.module, self.n = integrators, dict.fromkeys(("hessians", "energies", "factorisations", "solves"), 0)
+        self.saved = {name: getattr(integrators, name) for name in ("total", "total_energy", "factorize", "minimize")}
+
+    def __enter__(self):
+        saved, n = self.saved, self.n
+
+        def total(q, ctx, need_hess=True, elastic_hessian=None):
+            n["hessians" if need_hess else "energies"] += 1
+            return saved["total"](q, ctx, need_hess, elastic_hessian)
+
+        def counted(name, key):
+            def call(*args, **kwargs):
+                n[key] += 1
+                return saved[name](*args, **kwargs)
+            return call
+        self.module.total = total
+        self.module.total_energy = counted("total_energy", "energies")
+        self.module.factorize = counted("factorize", "factorisations")
+        self.module.minimize = counted("minimize", "solves")
+        return self
+
+    def __exit__(self, *exc):
+        for name, f in self.saved.items():
+            setattr(self.module, name, f)
+        return False
+
+
+def main(argv=None) -> int:
+    import engine.learned.terms as terms
+    from engine.api import open_engine
+    from engine.core.scene import setup_from_scene
+    from engine.evaluation.bench import bench_mesh, contact_setup
+    from engine.evaluation.scenes import uv_sphere
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--slip", type=float, nargs="*", default=[0.001, 0.01, 0.05], help="slip speeds (m/s)")
+    p.add_argument("--frames", type=int, default=24)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    balance = runpy.run_path(str(Path(__file__).with_name("balance.py")))
+    engine = open_engine("neurok", device="cpu")
+    shipped = terms.FRICTION_SLIP_SPEED
+    cases = {"rubber sphere, 1k vertices": lambda: contact_setup(bench_mesh(1000), args.frames),
+             "jelly ball": lambda: setup_from_scene(uv_sphere(0.25), dict(balance["cases"](0.25)["throw jelly"],
+                                                                          frames=args.frames))}
+    for name, make in cases.items():
+        for slip in [None] + args.slip:
+            setup = make()
+            if slip is None:
+                setup.floor_friction = 0.0
+            terms.FRICTION_SLIP_SPEED = shipped if slip is None else slip
+            try:
+                run = engine.prepare(setup)
+                with Counts() as counts:
+                    t0 = time.perf_counter()
+                    run.bake()
+                    ms = 1000 * (time.perf_counter() - t0) / args.frames
+            finally:
+                terms.FRICTION_SLIP_SPEED = shipped
+            steps = (args.frames - 1) * run.config.substeps
+            per_step = ", ".join(f"{k} {v / steps:.1f}" for k, v in counts.n.items())
+            label = "frictionless" if slip is None else f"friction, slip speed {slip * 1000:g} mm/s"
+            print(f"{name}, {label}: {ms:.0f} ms a frame; per step {per_step}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
