@@ -1,4 +1,4 @@
-"""Physical constants shared by the reference simulator and the learned engine, so both apply
+"""Physical constants and laws shared by the reference simulator and the learned engine, so both apply
 pins, floor contact and friction by the same law.
 
 Pins and the floor are stiff springs whose stiffness is proportional to the mass they hold:
@@ -7,6 +7,8 @@ own weight sags by g / omega^2 ~ 0.01 mm. The floor uses the same 160 Hz spring:
 vertices carry the whole body, so a softer floor (1e5 s^-2 was tried) let a body dropped from a few
 centimetres sink 1-2 % of its size into it, and rest 0.4 % deep.
 """
+import numpy as np
+
 PIN_OMEGA2 = 1.0e6        # s^-2, least pin stiffness per kg at pin strength 1.0
 PIN_OVER_MATERIAL = 1.0e3 # a pin is at least this many times stiffer (per kg) than the material
 FLOOR_OMEGA2 = 1.0e6      # s^-2, floor penalty stiffness per kg
@@ -25,3 +27,15 @@ def pin_stiffness(pin_weight, vertex_mass, material, diagonal: float):
     """Spring stiffness (N/m) of each vertex's pin: weight * mass * Omega^2 (`pin_omega2`) on a body
     of `material` (a `Material`) and size `diagonal` (its units: metres, or 1 when normalised)."""
     return pin_weight * vertex_mass * pin_omega2(material.omega2(diagonal))
+
+
+def carried_vertex_masses(W, node_mass):
+    """kg per vertex of a body whose vertices ride its lattice's nodes by the weights W [N,n]: the
+    nodes' masses shared out in proportion to the weights, then all rescaled to the body's mass.
+    A node that vertices barely touch gives only part of its mass (its share counts as at least
+    0.25): dividing by its tiny share would hand its whole mass to a vertex that lies a rounding
+    error off a grid plane, so float32 coordinates (a replay) would change the masses."""
+    share = np.asarray(W.sum(axis=0)).ravel()
+    m = W @ (node_mass / np.maximum(share, 0.25))
+    return m * node_mass.sum() / m.sum()
+

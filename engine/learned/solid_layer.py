@@ -16,8 +16,10 @@ substep:
               - f . x + pins + floor and colliders (penalty) + Coulomb friction,
 
    with the model's own strain energy density psi (`strain_energy.StrainEnergy.solid`, the one
-   the latent step integrates: neo-Hookean and its learned correction) at 8 Gauss points of each
-   trilinear cell (one point per cell would leave the cells' hourglass modes free), the Rayleigh
+   the latent step integrates: neo-Hookean and its learned correction) by selective reduced
+   integration over each trilinear cell: its shear part at 8 Gauss points (one point would leave
+   the cells' hourglass modes free), its volume part (lambda) at the centre (at 8 points a nearly
+   incompressible jelly's cells lock), the Rayleigh
    damping air M + beta K with K taken at x_n (as the reference takes it), and the contact and friction
    laws of `core.mesh_physics` and `core.friction` felt by the surface vertices W x (the body
    meets the floor, not its lattice). The first inverse Hessian of the L-BFGS iterations is one
@@ -35,7 +37,8 @@ import torch
 
 from ..core.friction import FRICTION_SLIP_SPEED, coulomb_terms, friction_contacts
 from ..core.mesh_physics import penalty_contact
-from ..core.physics import FLOOR_OMEGA2, pin_stiffness
+from ..core.fields import total_accel, vertex_normals
+from ..core.physics import FLOOR_OMEGA2, carried_vertex_masses, pin_stiffness
 from .sheet_layer import LAYER_MEMORY, PrefactoredSolve, as_columns, contact_planes, quasi_newton
 from .subspace import build_lattice, held_nodes, held_points, trilinear_gradients
 
@@ -83,15 +86,20 @@ class SolidLayer:
         self.WT = self.W.T.tocsr()
         size = lattice.cell_size * sub.norm.scale
         n = len(self.rest)
-        volume = np.repeat(lattice.inside_share * size ** 3 / len(GAUSS_POINTS), len(GAUSS_POINTS))   # [G] m^3
         material = setup.material
-        self.B = strain_matrix(lattice.cell_nodes, n, trilinear_gradients(size, GAUSS_POINTS))
-        self.BT = self.B.T.tocsr()
-        self.weight = material.stiffness * volume                           # Y w_g: psi is per unit stiffness
+        volume = lattice.inside_share * size ** 3                          # [C] m^3
+        # selective reduced integration: the shear part of the density at 8 Gauss points a cell, its
+        # volume part (lambda) at the cell's centre, so a nearly incompressible trilinear cell does not lock
+        self.samples = []                                                   # (B, B^T, Y w, mu, lambda)
+        for points, mu, lam in ((GAUSS_POINTS, scene.mu, 0.0), (np.full((1, 3), 0.5), 0.0, scene.lam)):
+            B = strain_matrix(lattice.cell_nodes, n, trilinear_gradients(size, points))
+            weight = material.stiffness * np.repeat(volume / len(points), len(points))   # psi is per unit stiffness
+            self.samples.append((B, B.T.tocsr(), weight, mu, lam))
         mass = np.zeros(n)
         np.add.at(mass, lattice.cell_nodes.ravel(), np.repeat(material.density * lattice.inside_share * size ** 3 / 8, 8))
         self.mass = mass
-        self.vertex_mass = self._vertex_masses(mass)
+        # kg per surface vertex, the reference's rule (the floor's penalty and painted forces go by it)
+        self.vertex_mass = carried_vertex_masses(self.W, mass)
         diagonal = float(np.linalg.norm(np.ptp(self.rest, axis=0))) or 1.0
         # the pins hold the lattice under a pinned face whole, as the subspace's handles do
         held = np.asarray(setup.pin_weight, np.float64)
@@ -99,18 +107,15 @@ class SolidLayer:
         self.pin_k = pin_stiffness(np.zeros(n) if node_held is None else node_held, mass, material, diagonal)   # [n]
         self._pinned = np.nonzero(held > 0)[0]
         self.beta, self.air = material.damping, material.air_damping      # Rayleigh D = air M + beta K
-        mu, lam = scene.mu, scene.lam
         # the isotropic rest stiffness: Y (2 mu + lambda) sum_g w_g |F_g - I|^2 / 2 has Hessian L (x) I_3
-        iso = sp.diags(np.repeat(self.weight * (2.0 * mu + lam), 9))
-        self.L_iso = (self.BT @ iso @ self.B).tocsr()[:n, :n]               # one coordinate's block
+        B, BT, weight, _, _ = self.samples[0]
+        iso = sp.diags(np.repeat(weight * (2.0 * scene.mu + scene.lam), 9))
+        self.L_iso = (BT @ iso @ B).tocsr()[:n, :n]                         # one coordinate's block
         self._systems = {}
         self._planes = []
-
-    def _vertex_masses(self, node_mass):
-        """kg per surface vertex: the nodes' masses shared out by the trilinear weights (the
-        floor's penalty and the pins are sized by what each vertex carries)."""
-        carried = np.asarray(self.W.sum(axis=0)).ravel()
-        return self.W @ (node_mass / np.maximum(carried, 1e-30))
+        if setup.floor_z is not None:     # the floor's plane at every vertex (`_contact`)
+            self._floor_plane = (np.tile([0.0, 0.0, setup.floor_z], (len(sub.rest), 1)),
+                                 np.tile([0.0, 0.0, 1.0], (len(sub.rest), 1)))
 
     # ----- the preconditioner
 
@@ -158,13 +163,15 @@ class SolidLayer:
 
     # ----- the step
 
-    def forces(self, frame: int) -> np.ndarray:
-        """Gravity and painted accelerations on the nodes, in newtons [n,3] (painted ones carried
-        from the vertices by the trilinear weights)."""
+    def forces(self, frame: int, x, v) -> np.ndarray:
+        """Gravity on the nodes, and painted accelerations and force fields at the state (x, v) of
+        the nodes felt by the vertices and carried to the nodes, in newtons [n,3] (the reference's rule)."""
         s = self.setup
         accel = np.asarray(s.external_accel(frame), dtype=np.float64)
-        painted = self.WT @ (self.vertex_mass[:, None] * accel) if np.any(accel) else 0.0
-        return self.mass[:, None] * np.asarray(s.gravity, np.float64)[None, :] + painted
+        if s.effectors:
+            y = self.W @ x
+            accel = accel + total_accel(s.effectors, frame, y, self.W @ v, vertex_normals(y, s.faces), surface=False)
+        return self.mass[:, None] * np.asarray(s.gravity, np.float64)[None, :] + self.WT @ (self.vertex_mass[:, None] * accel)
 
     def step(self, frame: int, end: float, x_n, v_n, h: float, guess=None, history=()):
         """(x, v) of the nodes after a substep h from (x_n, v_n), iterating from `guess` (default:
@@ -203,10 +210,10 @@ class SolidLayer:
         affine = np.linalg.lstsq(np.c_[rest, np.ones(len(rest))], moved, rcond=None)[0]
         return self.rest + np.c_[self.rest, np.ones(len(self.rest))] @ affine
 
-    def _density(self, y, need_hess=False):
-        feats = self.scene.features
+    def _density(self, y, mu, lam, need_hess=False):
+        """The model's density (`StrainEnergy.solid`) at local coordinates y [K,9] with Lame mu, lambda."""
         t = torch.as_tensor(y, dtype=torch.float64)
-        psi, grad, hess = self.scene.model.energy.solid(t, feats, self.scene.mu, self.scene.lam, need_hess, True)
+        psi, grad, hess = self.scene.model.energy.solid(t, self.scene.features, mu, lam, need_hess, True)
         return (psi.numpy(), grad.numpy(), None if hess is None else hess.numpy())
 
     def incremental_potential(self, frame, x_n, v_n, h, friction=None):
@@ -214,24 +221,29 @@ class SolidLayer:
         `friction`: the substep's Coulomb contacts (`core.friction.FrictionContacts`)."""
         diagonal = self.mass / h ** 2 + self.air * self.mass / h + self.pin_k   # inertia, the air's drag, pins
         b = as_columns((self.mass / h ** 2)[:, None] * (x_n + h * v_n) + (self.air * self.mass / h)[:, None] * x_n
-                       + self.forces(frame) + self.pin_k[:, None] * self.pin_targets(frame + 1))
-        y_n = (self.B @ x_n.reshape(-1, order="F")).reshape(-1, 9)
-        _, _, stiffness_n = self._density(y_n, need_hess=True)                          # Rayleigh K at x_n
-        damping = (self.beta / h) * self.weight[:, None, None] * stiffness_n
+                       + self.forces(frame, x_n, v_n) + self.pin_k[:, None] * self.pin_targets(frame + 1))
+        flat_n = x_n.reshape(-1, order="F")
+        at_start = []                  # per sample set: y at x_n and the damping's matrices (Rayleigh K at x_n)
+        for B, _, weight, mu, lam in self.samples:
+            y_n = (B @ flat_n).reshape(-1, 9)
+            stiffness_n = self._density(y_n, mu, lam, need_hess=True)[2]
+            at_start.append((y_n, (self.beta / h) * weight[:, None, None] * stiffness_n))
         surface_n = self.W @ x_n
-        weight = self.weight
 
         def potential(x):
             x = as_columns(x)
             flat = x.reshape(-1, order="F")
-            y = (self.B @ flat).reshape(-1, 9)
-            psi, dpsi, _ = self._density(y)
-            if not np.all(np.isfinite(psi)):
-                return np.inf, np.zeros_like(x)
-            dy = y - y_n
-            ddy = np.einsum("gij,gj->gi", damping, dy)
-            energy = float(weight @ psi) + 0.5 * float(np.sum(dy * ddy))
-            grad = (self.BT @ (weight[:, None] * dpsi + ddy).ravel()).reshape((-1, 3), order="F")
+            energy, force = 0.0, np.zeros(len(flat))
+            for (B, BT, weight, mu, lam), (y_n, damping) in zip(self.samples, at_start):
+                y = (B @ flat).reshape(-1, 9)
+                psi, dpsi, _ = self._density(y, mu, lam)
+                if not np.all(np.isfinite(psi)):
+                    return np.inf, np.zeros_like(x)
+                dy = y - y_n
+                ddy = np.einsum("gij,gj->gi", damping, dy)
+                energy += float(weight @ psi) + 0.5 * float(np.sum(dy * ddy))
+                force += BT @ (weight[:, None] * dpsi + ddy).ravel()
+            grad = force.reshape((-1, 3), order="F")
             energy += 0.5 * float(np.sum(diagonal[:, None] * x * x)) - float(np.sum(b * x))
             grad = grad + diagonal[:, None] * x - b
             surface = self.W @ x
@@ -249,10 +261,8 @@ class SolidLayer:
         down), and of the colliders' tangent planes found at the substep's guess."""
         energy, grad = 0.0, np.zeros_like(surface)
         if self.setup.floor_z is not None:
-            depth = np.maximum(self.setup.floor_z - surface[:, 2], 0.0)
-            k = self.vertex_mass * FLOOR_OMEGA2
-            energy = 0.5 * float(np.dot(k, depth * depth))
-            grad[:, 2] = -k * depth
+            point, normal = self._floor_plane
+            energy, grad, _, _ = penalty_contact(surface, point, normal, self.vertex_mass)
         for idx, point, normal, _ in self._planes:
             e, g, _, _ = penalty_contact(surface[idx], point, normal, self.vertex_mass[idx])
             energy += e

@@ -27,7 +27,7 @@ from ..core.colliders import is_closed_surface, signed_distance
 from ..core.errors import Cancelled, SimulationFault
 from ..core.geometry import lumped_vertex_areas
 from ..core.friction import changed, friction_contacts
-from ..core.physics import FLOOR_OMEGA2
+from ..core.physics import FLOOR_OMEGA2, carried_vertex_masses
 from ..core.self_contact import LayerFriction, SheetSelfContact
 from ..core.setup import Setup
 from .budget import (BUDGET_RETRY_FACTOR, DEFAULT_BUDGET, RETRY_NEWTON_ITERATIONS, OutOfWork, SubstepWork, Work,
@@ -152,13 +152,7 @@ class ReferenceSimulator:
     def _vertex_masses(self, setup):
         if setup.vertex_mass is not None:
             return np.asarray(setup.vertex_mass, dtype=np.float64)
-        # distribute the body's mass over vertices in proportion to their interpolation weights.
-        # A node that vertices barely touch gives only part of its mass (then all is rescaled):
-        # dividing by its tiny share would hand its whole mass to a vertex that lies a rounding
-        # error off a grid plane, so float32 coordinates (a replay) would change the masses.
-        share = np.asarray(self.W.sum(axis=0)).ravel()
-        m = self.W @ (self.dof_mass / np.maximum(share, 0.25))
-        return m * self.dof_mass.sum() / m.sum()
+        return carried_vertex_masses(self.W, self.dof_mass)
 
     def _fit_dofs(self, x):
         if self.W.shape[0] == self.W.shape[1] and (self.W != sp.identity(self.W.shape[0])).nnz == 0:
