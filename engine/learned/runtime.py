@@ -128,8 +128,8 @@ def run_config(setup: Setup, kind: str, integrator: str, sheet_layer: str, solid
 class RunState(NamedTuple):
     """A learned run's state at a frame: the latent state (q, q'), and with a sheet's full-space
     layer its vertices' positions and velocities (metres, [N,3]; its proxy's [P,3] where it has one,
-    `sheet_proxy.py`) and the layer's curvature pairs (`sheet_layer.quasi_newton`); x, v None and
-    history empty without it."""
+    `sheet_proxy.py`; a solid's fine level: its lattice nodes' [n,3], `solid_layer.py`) and the
+    layer's curvature pairs (`sheet_layer.quasi_newton`); x, v None and history empty without it."""
     q: torch.Tensor
     qd: torch.Tensor
     x: np.ndarray | None = None
@@ -221,7 +221,8 @@ class NeurokRun(Run):
         inertia the rest (the sheet's velocity less its projection on the subspace); the
         full-space layer corrects that prediction. The layer's curvature pairs are part of the
         state, so a frame the guard computes again starts from the accepted state's. With a proxy,
-        x and v are the proxy's vertices'."""
+        x and v are the proxy's vertices'; a solid's fine level takes the same substep on its
+        lattice's nodes."""
         q, qd, x, v = state.q, state.qd, state.x, state.v
         q1, qd1 = self._advance(frame, q, qd, h)
         held_velocity = self._encode_layer_velocity(v / self.scene.sub.norm.scale)
@@ -231,11 +232,12 @@ class NeurokRun(Run):
         return RunState(q1, qd1, x1, v1, history)
 
     def _initial_state(self):
-        x, v = ((np.asarray(self.layer.setup.x0, np.float64), np.asarray(self.layer.setup.v0, np.float64))
-                if self.layer is not None else (None, None))
         if self.config.solid_layer:     # the lattice's nodes where the latent state puts them
-            x = self.layer.rest + self._layer_move(self.scene.q0)
-            v = self._layer_move(self.scene.qd0)
+            x, v = self.layer.rest + self._layer_move(self.scene.q0), self._layer_move(self.scene.qd0)
+        elif self.layer is not None:
+            x, v = np.asarray(self.layer.setup.x0, np.float64), np.asarray(self.layer.setup.v0, np.float64)
+        else:
+            x, v = None, None
         return RunState(self.scene.q0, self.scene.qd0, x, v, ())
 
     def states(self):
