@@ -63,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{SHEET_LAYER_MS_PER_1000_VERTICES} ms a frame per 1,000 vertices, `neurok bench`)")
     s.add_argument("--solid-layer", choices=("off", "on"), default="off",
                    help="learned engine, solids (experimental): the fine level that iterates the solid's lattice in "
-                        "full space after each latent step, where the body is touched (docs/DESIGN_NOTES.md, "
-                        "'Contact and the floor'; slower, and not yet closer to the reference: off by default)")
+                        "full space after each latent step (docs/DESIGN_NOTES.md, 'Contact and the floor': "
+                        "4-7x the frame time; closer to the reference on a poked body, not on a rolling one)")
     s.add_argument("--keep-good-frames", action="store_true",
                    help="when the run stops (implausible or unstable frame), write the frames before it "
                         "instead of nothing")

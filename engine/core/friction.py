@@ -82,9 +82,10 @@ def collider_contacts(colliders, points, stiffness, frame: float, motion) -> Fri
 
 
 def friction_contacts(setup, points, mass, frame, frame_start, frame_end, below=0.0) -> FrictionContacts | None:
-    """The floor's and the colliders' friction contacts of a setup (both engines' full-space solves) of points [P,3] (masses [P]), found at
-    `frame`, for the substep from `frame_start` to `frame_end`; each point meets the floor `below`
-    metres under it ([P] or a number: the reference's `node_depth_outside`)."""
+    """The floor's and the colliders' friction contacts of a setup's points [P,3] (masses [P]), found
+    at `frame`, for the substep from `frame_start` to `frame_end`; each point meets the floor `below`
+    metres under it ([P] or a number: the reference's `node_depth_outside`). Both engines' full-space
+    solves find their contacts here (the reference, a solid's fine level)."""
     k = mass * FLOOR_OMEGA2
     floor = floor_contacts(None if setup.floor_z is None else setup.floor_z - below, setup.floor_friction, points, k)
     if not setup.colliders:

@@ -152,8 +152,9 @@ class NeurokRun(Run):
                  sheet_layer="auto", solid_layer="off"):
         """`subspace`: this one instead of the mesh's cached one (`LatentScene`). `sheet_layer`
         ("auto", "on", "off", "full"): whether a sheet also takes the full-space layer's iterations
-        (`sheet_layer.py`; "auto": but at low detail), and "full": on the full mesh, never a proxy. How the run steps is
-        decided here, once: `config` (`RunConfig`)."""
+        (`sheet_layer.py`; "auto": but at low detail), and "full": on the full mesh, never a proxy.
+        `solid_layer` ("off", "on"): whether a solid takes its fine level (`solid_layer.py`,
+        experimental). How the run steps is decided here, once: `config` (`RunConfig`)."""
         super().__init__(setup)
         t0 = time.perf_counter()
         kind = setup.material.kind if subspace is None else subspace.kind

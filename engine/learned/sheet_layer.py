@@ -273,7 +273,7 @@ def contact_planes(setup, x, reach, end, floor=True):
     planes = []
     height = setup.floor_z if floor else None
     if height is not None:
-        near = np.nonzero(x[:, 2] < floor + reach)[0]
+        near = np.nonzero(x[:, 2] < height + reach)[0]
         if len(near):
             normal = np.zeros((len(near), 3))
             normal[:, 2] = 1.0
