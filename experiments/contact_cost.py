@@ -1,6 +1,7 @@
 """What floor contact and friction cost the learned engine's latent step, and where it goes.
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/contact_cost.py [--slip 0.001 0.01 0.05] [--frames 24]
+        [--continuation K] [--capped-curvature K]
 
 Two solids thrown along a floor: `neurok bench`'s rubber sphere of 1,000 vertices (its contact row,
 `bench.contact_setup`) and `experiments/balance.py`'s jelly ball. For each, ms a frame and, per latent
@@ -9,6 +10,10 @@ step, how many times Newton evaluated the incremental potential with its Hessian
 (`integrators.minimize_with_friction` solves again where friction's normal forces change):
 frictionless, then with friction at each slip speed (`core.friction.FRICTION_SLIP_SPEED`, 1 mm/s in
 both engines; other values here patch the learned engine's only, to see what the law's threshold costs).
+Two Newton variants tried against the stick-slip kink (neither shipped):
+`--continuation K`: each solve first with a K times larger slip speed, then from its answer with the
+law's own; `--capped-curvature K`: friction's curvature in Newton's matrix capped at 1/(K eps) (the
+gradient stays the law's).
 """
 from __future__ import annotations
 
@@ -52,6 +57,51 @@ class Counts:
         return False
 
 
+def continuation(factor):
+    """`integrators.minimize` solving first with the slip speed `factor` times larger."""
+    import engine.learned.integrators as integrators
+    import engine.learned.terms as terms
+    plain = integrators.minimize
+
+    def minimize(ctx, q, *args):
+        if ctx.slip is None:
+            return plain(ctx, q, *args)
+        law = terms.FRICTION_SLIP_SPEED
+        terms.FRICTION_SLIP_SPEED = law * factor
+        try:
+            q1, ok, ctx1 = plain(ctx, q, *args)
+        finally:
+            terms.FRICTION_SLIP_SPEED = law
+        return plain(ctx1, q1 if ok else q, *args)
+    integrators.minimize = minimize
+
+
+def capped_curvature(factor):
+    """`terms.friction` with its Hessian's curvatures capped at 1 / (factor eps)."""
+    import engine.learned.integrators as integrators
+    import engine.learned.terms as terms
+    law = terms.friction
+
+    def friction(q, ctx, need_hess=True):
+        t = law(q, ctx, need_hess=False)
+        if t is None or not need_hess:
+            return t
+        c = ctx.slip
+        n = c.normal
+        slide = torch.einsum("aid,d->ai", c.V, q - ctx.q_n) - c.surface_slide
+        u = slide - torch.sum(slide * n, dim=1, keepdim=True) * n
+        y = torch.sqrt(torch.sum(u * u, dim=1) + 1e-300)
+        eps = terms.FRICTION_SLIP_SPEED * ctx.h / ctx.scene.scale
+        _, f1_over_y, f1_prime = terms.smoothed_slide(y, eps)
+        across, along = (torch.clamp(f, max=1.0 / (factor * eps)) for f in (f1_over_y, f1_prime))
+        VT = c.V - n[:, :, None] * torch.einsum("ai,aid->ad", n, c.V)[:, None, :]
+        Vu = torch.einsum("ai,aid->ad", u / y[:, None], c.V)
+        H = (torch.einsum("a,aid,aie->de", c.weight * across, VT, VT)
+             + torch.einsum("a,ad,ae->de", c.weight * (along - across), Vu, Vu))
+        return terms.Terms(t.energy, t.grad, H)
+    integrators.NONLINEAR_TERMS = tuple(friction if f is law else f for f in integrators.NONLINEAR_TERMS)
+
+
 def main(argv=None) -> int:
     import engine.learned.terms as terms
     from engine.api import open_engine
@@ -61,7 +111,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--slip", type=float, nargs="*", default=[0.001, 0.01, 0.05], help="slip speeds (m/s)")
     p.add_argument("--frames", type=int, default=24)
+    p.add_argument("--continuation", type=float, default=None, help="solve first with K times the slip speed")
+    p.add_argument("--capped-curvature", type=float, default=None, help="cap friction's curvature at 1/(K eps)")
     args = p.parse_args(argv)
+    if args.continuation:
+        continuation(args.continuation)
+    if args.capped_curvature:
+        capped_curvature(args.capped_curvature)
     torch.set_num_threads(1)
     balance = runpy.run_path(str(Path(__file__).with_name("balance.py")))
     engine = open_engine("neurok", device="cpu")

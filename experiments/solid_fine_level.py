@@ -2,7 +2,7 @@
 reference, on the cases it was built for: the poked torus and the jelly ball thrown along the floor.
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/solid_fine_level.py [torus] [throw]
-        [--cells 0 16] [--iterations 20 60] [--truth nodes|body] [--json OUT]
+        [--cells 0 16] [--iterations 20 60] [--truth nodes|body] [--json OUT] [--sheet DIR]
 
 - torus: the evaluation's poked torus against its 12-cell reference (`--truth nodes`: the one
   `make eval-small` keeps, eval_out/small/scenes/torus.npz, whose lattice nodes meet the floor, so the
@@ -14,7 +14,8 @@ reference, on the cases it was built for: the poked torus and the jelly ball thr
   the 8-cell reference's: 0.44 m on its lattice's sole, 0.98 m with the body alone on the floor).
 For each fine lattice (`--cells`: 0 = the subspace's own, else a finer one of that many cells along
 the longest side) and iteration count: the figure, the lowest vertex below the floor (mm), and ms
-per frame on one core; first the learned engine without the fine level.
+per frame on one core; first the learned engine without the fine level. `--sheet DIR`: a contact
+sheet per case in DIR (the reference beside each run).
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+
+SHEETS = {}     # case -> {"faces", "floor", optional "reference", (cells, iterations): frames}
 
 
 def with_fine_level(engine, setup, cells, iterations):
@@ -72,6 +76,8 @@ def torus_case(engine, cells, iterations, truth="nodes"):
     def distance(x, n):
         return float(np.mean(np.linalg.norm(x[:n] - ref[:n], axis=-1))) / diagonal
     hold = np.repeat(ref[:1], len(ref), axis=0)
+    SHEETS.setdefault("torus", {"faces": setup.faces, "floor": setup.floor_z, "reference": ref})
+    SHEETS["torus"][(cells, iterations)] = frames
     return {"whole_over_hold_still": distance(frames, len(ref)) / distance(hold, len(ref)),
             "first_24_over_hold_still": distance(frames, 24) / distance(hold, 24),
             "sag_mm_frame_4": float(1000 * (frames[0, :, 2].mean() - frames[4, :, 2].mean())),
@@ -87,6 +93,8 @@ def throw_case(engine, cells, iterations, truth=None):
     balance = runpy.run_path(str(Path(__file__).with_name("balance.py")))
     setup = setup_from_scene(uv_sphere(0.25), balance["cases"](0.25)["throw jelly"])
     frames, ms = timed_bake(with_fine_level(engine, setup, cells, iterations))
+    SHEETS.setdefault("throw", {"faces": setup.faces, "floor": setup.floor_z})
+    SHEETS["throw"][(cells, iterations)] = frames
     centre = frames.mean(axis=1)
     return {"x_m_end": float(centre[-1, 0] - centre[0, 0]), "x_m_most": float((centre[:, 0] - centre[0, 0]).max()),
             "lowest_mm_below_floor": float(1000 * max(0.0, setup.floor_z - float(frames[:, :, 2].min()))),
@@ -103,6 +111,7 @@ def main(argv=None) -> int:
     p.add_argument("--truth", choices=("nodes", "body"), default="nodes",
                    help="the torus's reference: its lattice's nodes meet the floor (kept), or the body alone")
     p.add_argument("--json", default=None)
+    p.add_argument("--sheet", default=None, help="write a contact sheet per case into this folder")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     engine = open_engine("neurok", device="cpu")
@@ -118,6 +127,17 @@ def main(argv=None) -> int:
             print(key, json.dumps({k: round(v, 4) for k, v in out[key].items()}), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
+    if args.sheet:
+        from engine.evaluation.render import contact_sheet
+        for case, kept in SHEETS.items():
+            columns = {"reference": kept["reference"]} if "reference" in kept else {}
+            for key, frames in kept.items():
+                if isinstance(key, tuple):
+                    cells, iterations = key
+                    columns["latent step" if not iterations else f"fine {cells or 'own'} x {iterations}"] = frames
+            path = Path(args.sheet) / f"{case}.png"
+            contact_sheet(columns, kept["faces"], path, floor_z=kept["floor"], title=f"{case} ({args.truth} truth)")
+            print(f"contact sheet: {path}")
     return 0
 
 
