@@ -159,8 +159,9 @@ def test_bench_json_schema(tiny):
         for key in ("encode_ms", "ms_per_frame", "peak_mb"):
             assert isinstance(row[key], float) and row[key] >= 0
     assert "reference_over_neurok" in r["ratios"]
-    [contact] = [row for row in r["rows"] if row["engine"] == "neurok_solid_contact"]
-    assert np.isfinite(contact["ms_per_frame"]) and contact["ms_per_frame"] > 0
+    contact = [row for row in r["rows"] if row["engine"] == "neurok_solid_contact"]
+    assert [row["solid_layer"] for row in contact] == [False, True]      # the latent step alone, then the fine level
+    assert all(np.isfinite(row["ms_per_frame"]) and row["ms_per_frame"] > 0 for row in contact)
 
 
 def test_bench_contact_scene_touches_the_floor_and_slides_along_x():

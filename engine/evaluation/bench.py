@@ -29,7 +29,8 @@ size at every n) of rubber, pinned on one side (the 15% slab at low x), pushed s
   `self_collision` true and a note; `ratios` divides its ms_per_frame by the layered row's.
 - neurok_solid_contact (sizes up to 10k): the learned engine on the same sphere, unpinned, set on a
   floor at its lowest point and thrown along it at 2 m/s (`CONTACT_SCENE`, initial velocity): the
-  floor contact and its Coulomb friction (0.5) act every frame. No ratio.
+  floor contact and its Coulomb friction (0.5) act every frame. A second row runs it with the solid's
+  fine level (`learned/solid_layer.py`, experimental): `solid_layer` true. No ratio.
 - blender_cloth: Blender's own cloth simulator on the same mesh and frames, pinned by a vertex
   group (gravity only: cloth on the surface mesh, not a volumetric solid; a speed reference);
   blender_cloth_sheet: the same on the cloth rows' sheet, pinned along its top edge (gravity only),
@@ -174,7 +175,7 @@ class PeakMemory:
 
 # --------------------------------------------------------------------------- engines
 
-def bench_neurok(engine, setup, device="cpu", sheet_layer="auto") -> dict:
+def bench_neurok(engine, setup, device="cpu", sheet_layer="auto", solid_layer="off") -> dict:
     cuda = device == "cuda"
     if cuda:
         torch.cuda.synchronize()
@@ -182,7 +183,7 @@ def bench_neurok(engine, setup, device="cpu", sheet_layer="auto") -> dict:
         base = torch.cuda.memory_allocated()
     with PeakMemory() as mem:
         t0 = time.perf_counter()
-        run = engine.prepare(setup, sheet_layer=sheet_layer) if sheet_layer != "auto" else engine.prepare(setup)
+        run = engine.prepare(setup, sheet_layer=sheet_layer, solid_layer=solid_layer)
         run.guard                          # the guard's rest measures are made once per mesh too
         if cuda:
             torch.cuda.synchronize()
@@ -203,7 +204,7 @@ def bench_neurok(engine, setup, device="cpu", sheet_layer="auto") -> dict:
            "cpu_ms_per_frame": 1000.0 * (c3 - c2) / max(count, 1),
            "cubature_samples": int(len(run.scene.weights)), "cubature_force_error": float(sub.cubature_error),
            "substeps": run.config.substeps, "handles": int(run.scene.resolution.handles), "coordinates": int(run.scene.dims),
-           "sheet_layer": run.config.sheet_layer, "closures": run.config.closures,
+           "sheet_layer": run.config.sheet_layer, "solid_layer": run.config.solid_layer, "closures": run.config.closures,
            "layer_vertices": None if run.layer is None else int(len(run.layer.rest))}
     if cuda:
         row["peak_mb"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 20
@@ -342,7 +343,7 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
     cloth_sizes = [n for n in sizes if n <= CLOTH_UP_TO] if cloth else []
     contact_sizes = [n for n in sizes if n <= CONTACT_UP_TO] if contact else []
     steps = (len(sizes) * (len(devices) + int(reference) + int(blender)) + len(cloth_sizes) * (2 + int(blender))
-             + len(contact_sizes)
+             + 2 * len(contact_sizes)
              + sum(1 for n in cloth_sizes if len(bench_sheet(n).vertices) > SHEET_PROXY_VERTICES))
     bar = None if quiet else ProgressBar(steps, "bench")
     for n in sizes:
@@ -372,11 +373,13 @@ def bench(model_path=None, sizes=(1000, 10000, 100000), frames=24, reference=Tru
             if bar:
                 bar.update(1, postfix=f"blender cloth {nv} v")
         if n in contact_sizes:   # the learned engine on the sphere thrown along a floor: contact and friction
-            r = bench_neurok(engines["cpu"], contact_setup(mesh, frames), "cpu")
-            rows.append(dict({"engine": "neurok_solid_contact", "device": "cpu", "vertices": nv}, **r,
-                             torch_threads=torch.get_num_threads()))
-            if bar:
-                bar.update(1, postfix=f"neurok solid contact {nv} v: {r['ms_per_frame']:.1f} ms/frame")
+            for fine in ("off", "on"):      # the latent step alone, then with the fine level
+                r = bench_neurok(engines["cpu"], contact_setup(mesh, frames), "cpu", solid_layer=fine)
+                rows.append(dict({"engine": "neurok_solid_contact", "device": "cpu", "vertices": nv}, **r,
+                                 torch_threads=torch.get_num_threads()))
+                if bar:
+                    bar.update(1, postfix=f"neurok solid contact{', fine level' if fine == 'on' else ''} {nv} v: "
+                                          f"{r['ms_per_frame']:.1f} ms/frame")
         if n in cloth_sizes:   # the learned engine on a sheet of cloth: its handles follow the sheet's area
             sheet = bench_sheet(n)
             r = bench_neurok(engines["cpu"], bench_setup(sheet, frames, CLOTH_SCENE), "cpu")
