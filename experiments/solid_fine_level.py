@@ -136,7 +136,7 @@ def main(argv=None) -> int:
                     cells, iterations = key
                     columns["latent step" if not iterations else f"fine {cells or 'own'} x {iterations}"] = frames
             path = Path(args.sheet) / f"{case}.png"
-            contact_sheet(columns, kept["faces"], path, floor_z=kept["floor"], title=f"{case} ({args.truth} truth)")
+            contact_sheet(columns, kept["faces"], path, floor_z=kept["floor"], title=case + (f" ({args.truth} truth)" if case == "torus" else ""))
             print(f"contact sheet: {path}")
     return 0
 
