@@ -19,15 +19,20 @@ substep:
    the latent step integrates: neo-Hookean and its learned correction) by selective reduced
    integration over each trilinear cell: its shear part at 8 Gauss points (one point would leave
    the cells' hourglass modes free), its volume part (lambda) at the centre (at 8 points a nearly
-   incompressible jelly's cells lock), the Rayleigh
-   damping air M + beta K with K taken at x_n (as the reference takes it), and the contact and friction
-   laws of `core.mesh_physics` and `core.friction` felt by the surface vertices W x (the body
-   meets the floor, not its lattice). The first inverse Hessian of the L-BFGS iterations is one
-   prefactored solve with inertia, pins and an isotropic rest stiffness (the Dirichlet energy of
-   the cells times (2 mu + lambda) Y: it commutes with a turn of the whole body, so a body that
-   has rolled over is preconditioned as well as at rest).
+   incompressible jelly's cells lock); the Rayleigh damping air M + beta K with K taken at x_n (as
+   the reference takes it); and the contact and friction laws of `core.mesh_physics` and
+   `core.friction` felt by the surface vertices W x (the body meets the floor, not its lattice).
+   The first inverse Hessian of the L-BFGS iterations is a prefactored solve per coordinate with
+   inertia, pins, an isotropic rest stiffness (the Dirichlet energy of the cells times
+   (2 mu + lambda) Y: it commutes with a turn of the whole body, so a body that has rolled over is
+   preconditioned as well as at rest) and the substep's contact springs.
 
 The surface follows the nodes by the lattice's trilinear weights, as the latent step decodes it.
+
+Experimental and off by default (`solid_layer="on"`): it takes the poked torus from 0.83x to 0.48x
+hold-still against a reference with the body alone on the floor, at 4-7x the frame time, but on the
+subspace's own lattice a thrown jelly ball still rolls on (docs/DESIGN_NOTES.md §5,
+`experiments/solid_fine_level.py`).
 """
 from __future__ import annotations
 
