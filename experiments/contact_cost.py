@@ -1,7 +1,7 @@
 """What floor contact and friction cost the learned engine's latent step, and where it goes.
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/contact_cost.py [--slip 0.001 0.01 0.05] [--frames 24]
-        [--continuation K] [--capped-curvature K]
+        [--continuation K] [--capped-curvature K] [--majorizer] [--against-iterations 400]
 
 Two solids thrown along a floor: `neurok bench`'s rubber sphere of 1,000 vertices (its contact row,
 `bench.contact_setup`) and `experiments/balance.py`'s jelly ball. For each, ms a frame and, per latent
@@ -10,10 +10,15 @@ step, how many times Newton evaluated the incremental potential with its Hessian
 (`integrators.minimize_with_friction` solves again where friction's normal forces change):
 frictionless, then with friction at each slip speed (`core.friction.FRICTION_SLIP_SPEED`, 1 mm/s in
 both engines; other values here patch the learned engine's only, to see what the law's threshold costs).
-Two Newton variants tried against the stick-slip kink (neither shipped):
+Newton variants against the stick-slip kink (none shipped yet): `--majorizer`: friction's curvature in
+Newton's matrix f1(y)/y in every tangential direction (IRLS: the quadratic that touches the potential
+from above at the iterate), never the exact f1'(y) = 0 along a sliding contact's slide;
 `--continuation K`: each solve first with a K times larger slip speed, then from its answer with the
-law's own; `--capped-curvature K`: friction's curvature in Newton's matrix capped at 1/(K eps) (the
-gradient stays the law's).
+law's own; `--capped-curvature K`: friction's curvatures capped at 1/(K eps). Each leaves the potential
+and its gradient the law's, so only the path to the same minimum changes; with a variant each run is
+also baked without it, and the mean and largest distance between the two bakes' vertices (mm,
+over every frame) are printed. `--against-iterations N`: each run's mean distance (mm) from the
+engine's own Newton allowed N iterations a step (near the minimum each step asks for; 20 ship).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import runpy
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 
@@ -74,6 +80,7 @@ def continuation(factor):
             terms.FRICTION_SLIP_SPEED = law
         return plain(ctx1, q1 if ok else q, *args)
     integrators.minimize = minimize
+    return lambda: setattr(integrators, "minimize", plain)
 
 
 def capped_curvature(factor):
@@ -99,7 +106,49 @@ def capped_curvature(factor):
         H = (torch.einsum("a,aid,aie->de", c.weight * across, VT, VT)
              + torch.einsum("a,ad,ae->de", c.weight * (along - across), Vu, Vu))
         return terms.Terms(t.energy, t.grad, H)
-    integrators.NONLINEAR_TERMS = tuple(friction if f is law else f for f in integrators.NONLINEAR_TERMS)
+    return _with_friction(friction)
+
+
+def majorizer():
+    """`terms.friction` with Newton's matrix from the majorizer f1(y)/y (I - n n^T) of each contact."""
+    import engine.learned.terms as terms
+    law = terms.friction
+
+    def friction(q, ctx, need_hess=True):
+        t = law(q, ctx, need_hess=False)
+        if t is None or not need_hess:
+            return t
+        c = ctx.slip
+        n = c.normal
+        slide = torch.einsum("aid,d->ai", c.V, q - ctx.q_n) - c.surface_slide
+        u = slide - torch.sum(slide * n, dim=1, keepdim=True) * n
+        y = torch.sqrt(torch.sum(u * u, dim=1) + 1e-300)
+        _, f1_over_y, _ = terms.smoothed_slide(y, terms.FRICTION_SLIP_SPEED * ctx.h / ctx.scene.scale)
+        VT = c.V - n[:, :, None] * torch.einsum("ai,aid->ad", n, c.V)[:, None, :]
+        H = torch.einsum("a,aid,aie->de", c.weight * f1_over_y, VT, VT)
+        return terms.Terms(t.energy, t.grad, H)
+    return _with_friction(friction)
+
+
+def _with_friction(friction):
+    """Newton's nonlinear terms with `friction` in the law's place; returns the undo."""
+    import engine.learned.integrators as integrators
+    import engine.learned.terms as terms
+    plain = integrators.NONLINEAR_TERMS
+    integrators.NONLINEAR_TERMS = tuple(friction if f is terms.friction else f for f in plain)
+    return lambda: setattr(integrators, "NONLINEAR_TERMS", plain)
+
+
+def converged_bake(engine, make, slip, shipped, iterations):
+    """The case baked by the engine's own Newton allowed `iterations` a step, at slip speed `slip`."""
+    import engine.learned.runtime as runtime
+    import engine.learned.terms as terms
+    cap = runtime.NEWTON_ITERATIONS
+    runtime.NEWTON_ITERATIONS, terms.FRICTION_SLIP_SPEED = iterations, slip
+    try:
+        return engine.prepare(make()).bake()
+    finally:
+        runtime.NEWTON_ITERATIONS, terms.FRICTION_SLIP_SPEED = cap, shipped
 
 
 def main(argv=None) -> int:
@@ -113,11 +162,13 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=24)
     p.add_argument("--continuation", type=float, default=None, help="solve first with K times the slip speed")
     p.add_argument("--capped-curvature", type=float, default=None, help="cap friction's curvature at 1/(K eps)")
+    p.add_argument("--majorizer", action="store_true", help="friction's majorizer curvature in Newton's matrix")
+    p.add_argument("--against-iterations", type=int, default=None,
+                   help="also print the mean distance from the engine's Newton with this many iterations a step")
     args = p.parse_args(argv)
-    if args.continuation:
-        continuation(args.continuation)
-    if args.capped_curvature:
-        capped_curvature(args.capped_curvature)
+    variants = ([lambda: continuation(args.continuation)] if args.continuation else []) + \
+        ([lambda: capped_curvature(args.capped_curvature)] if args.capped_curvature else []) + \
+        ([majorizer] if args.majorizer else [])
     torch.set_num_threads(1)
     balance = runpy.run_path(str(Path(__file__).with_name("balance.py")))
     engine = open_engine("neurok", device="cpu")
@@ -132,17 +183,32 @@ def main(argv=None) -> int:
                 setup.floor_friction = 0.0
             terms.FRICTION_SLIP_SPEED = shipped if slip is None else slip
             try:
-                run = engine.prepare(setup)
-                with Counts() as counts:
-                    t0 = time.perf_counter()
-                    run.bake()
-                    ms = 1000 * (time.perf_counter() - t0) / args.frames
+                plain = engine.prepare(setup).bake() if variants else None
+                undo = [apply() for apply in variants]
+                try:
+                    run = engine.prepare(setup)
+                    with Counts() as counts:
+                        t0 = time.perf_counter()
+                        frames = run.bake()
+                        ms = 1000 * (time.perf_counter() - t0) / args.frames
+                finally:
+                    for u in reversed(undo):
+                        u()
             finally:
                 terms.FRICTION_SLIP_SPEED = shipped
             steps = (args.frames - 1) * run.config.substeps
             per_step = ", ".join(f"{k} {v / steps:.1f}" for k, v in counts.n.items())
             label = "frictionless" if slip is None else f"friction, slip speed {slip * 1000:g} mm/s"
-            print(f"{name}, {label}: {ms:.0f} ms a frame; per step {per_step}", flush=True)
+            apart = ""
+            if plain is not None:
+                d = 1000 * np.linalg.norm(frames - plain, axis=-1)
+                apart = f"; from the engine's own Newton: mean {d.mean():.2f} mm, at most {d.max():.1f} mm"
+            if args.against_iterations and slip is not None:
+                near = converged_bake(engine, make, slip, shipped, args.against_iterations)
+                runs = {"this run": frames} if plain is None else {"with the variant": frames, "without": plain}
+                apart += "; from Newton at {} iterations: {}".format(args.against_iterations, ", ".join(
+                    f"{k} {1000 * np.linalg.norm(x - near, axis=-1).mean():.2f} mm" for k, x in runs.items()))
+            print(f"{name}, {label}: {ms:.0f} ms a frame; per step {per_step}{apart}", flush=True)
     return 0
 
 
