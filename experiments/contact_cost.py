@@ -85,7 +85,23 @@ def continuation(factor):
 
 def capped_curvature(factor):
     """`terms.friction` with its Hessian's curvatures capped at 1 / (factor eps)."""
-    import engine.learned.integrators as integrators
+    def matrix(weight, VT, Vu, eps, f1_over_y, f1_prime):
+        across, along = (torch.clamp(f, max=1.0 / (factor * eps)) for f in (f1_over_y, f1_prime))
+        return (torch.einsum("a,aid,aie->de", weight * across, VT, VT)
+                + torch.einsum("a,ad,ae->de", weight * (along - across), Vu, Vu))
+    return _friction_matrix(matrix)
+
+
+def majorizer():
+    """`terms.friction` with Newton's matrix from the majorizer f1(y)/y (I - n n^T) of each contact."""
+    return _friction_matrix(lambda weight, VT, Vu, eps, f1_over_y, f1_prime:
+                            torch.einsum("a,aid,aie->de", weight * f1_over_y, VT, VT))
+
+
+def _friction_matrix(matrix):
+    """`terms.friction` (its energy and gradient the law's) with Newton's matrix made by
+    `matrix(mu lambda [A], (I - n n^T) V [A,3,d], u^T V / |u| [A,d], eps, f1(y)/y, f1'(y))`, in
+    Newton's nonlinear terms; returns the undo."""
     import engine.learned.terms as terms
     law = terms.friction
 
@@ -100,33 +116,9 @@ def capped_curvature(factor):
         y = torch.sqrt(torch.sum(u * u, dim=1) + 1e-300)
         eps = terms.FRICTION_SLIP_SPEED * ctx.h / ctx.scene.scale
         _, f1_over_y, f1_prime = terms.smoothed_slide(y, eps)
-        across, along = (torch.clamp(f, max=1.0 / (factor * eps)) for f in (f1_over_y, f1_prime))
         VT = c.V - n[:, :, None] * torch.einsum("ai,aid->ad", n, c.V)[:, None, :]
         Vu = torch.einsum("ai,aid->ad", u / y[:, None], c.V)
-        H = (torch.einsum("a,aid,aie->de", c.weight * across, VT, VT)
-             + torch.einsum("a,ad,ae->de", c.weight * (along - across), Vu, Vu))
-        return terms.Terms(t.energy, t.grad, H)
-    return _with_friction(friction)
-
-
-def majorizer():
-    """`terms.friction` with Newton's matrix from the majorizer f1(y)/y (I - n n^T) of each contact."""
-    import engine.learned.terms as terms
-    law = terms.friction
-
-    def friction(q, ctx, need_hess=True):
-        t = law(q, ctx, need_hess=False)
-        if t is None or not need_hess:
-            return t
-        c = ctx.slip
-        n = c.normal
-        slide = torch.einsum("aid,d->ai", c.V, q - ctx.q_n) - c.surface_slide
-        u = slide - torch.sum(slide * n, dim=1, keepdim=True) * n
-        y = torch.sqrt(torch.sum(u * u, dim=1) + 1e-300)
-        _, f1_over_y, _ = terms.smoothed_slide(y, terms.FRICTION_SLIP_SPEED * ctx.h / ctx.scene.scale)
-        VT = c.V - n[:, :, None] * torch.einsum("ai,aid->ad", n, c.V)[:, None, :]
-        H = torch.einsum("a,aid,aie->de", c.weight * f1_over_y, VT, VT)
-        return terms.Terms(t.energy, t.grad, H)
+        return terms.Terms(t.energy, t.grad, matrix(c.weight, VT, Vu, eps, f1_over_y, f1_prime))
     return _with_friction(friction)
 
 

@@ -189,9 +189,9 @@ class SolidLayer:
         y_start = self.W @ start
         reach = 2.0 * max(float(np.abs(start - x_n).max()), h * float(np.abs(v_n).max())) + 1e-3
         self._planes = contact_planes(self.setup, y_start, reach, end, floor=False)   # colliders' (the floor's: `_contact`)
-        if self.setup.floor_z is not None:
-            self._near_floor = np.minimum(y_start[:, 2], (self.W @ x_n)[:, 2]) < self.setup.floor_z + reach
         surface_n = self.W @ x_n
+        if self.setup.floor_z is not None:
+            self._near_floor = np.minimum(y_start[:, 2], surface_n[:, 2]) < self.setup.floor_z + reach
         # Coulomb contacts found at the substep's start (lagged normal forces: the reference's law)
         begin = end - h / self.setup.dt
         friction = friction_contacts(self.setup, surface_n, self.vertex_mass, begin, begin, end)
