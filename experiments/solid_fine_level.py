@@ -14,7 +14,9 @@ reference, on the cases it was built for: the poked torus and the jelly ball thr
   the 8-cell reference's: 0.44 m on its lattice's sole, 0.98 m with the body alone on the floor).
 For each fine lattice (`--cells`: 0 = the subspace's own, else a finer one of that many cells along
 the longest side) and iteration count: the figure, the lowest vertex below the floor (mm), and ms
-per frame on one core; first the learned engine without the fine level. `--sheet DIR`: a contact
+per frame on one core, beside the lowest volume (share of the rest volume), the mean edge strain and
+the most triangles turned inside out (`evaluation.plausibility`; the torus's reference's too); first the
+learned engine without the fine level. `--sheet DIR`: a contact
 sheet per case in DIR (the reference beside each run).
 """
 from __future__ import annotations
@@ -40,6 +42,14 @@ def with_fine_level(engine, setup, cells, iterations):
             run._encode_layer_velocity = run.scene.velocity_encoder(run.layer.W)
         run.layer.iterations = iterations
     return run
+
+
+def plausibility(frames, setup, prefix=""):
+    """The rollout's lowest volume ratio, mean edge strain and largest share of flipped triangles."""
+    from engine.evaluation.plausibility import plausibility_series, plausibility_summary
+    p = plausibility_summary(plausibility_series(frames, setup))
+    return {f"{prefix}volume_min": p["volume_ratio_min"], f"{prefix}strain_mean": p["strain_mean"],
+            f"{prefix}flipped_max": p["flipped_max"]}
 
 
 def timed_bake(run):
@@ -83,7 +93,7 @@ def torus_case(engine, cells, iterations, truth="nodes"):
             "sag_mm_frame_4": float(1000 * (frames[0, :, 2].mean() - frames[4, :, 2].mean())),
             "reference_sag_mm_frame_4": float(1000 * (ref[0, :, 2].mean() - ref[4, :, 2].mean())),
             "lowest_mm_below_floor": float(1000 * max(0.0, setup.floor_z - float(frames[:, :, 2].min()))),
-            "ms_per_frame": ms}
+            "ms_per_frame": ms, **plausibility(frames, setup), **plausibility(ref, setup, "reference_")}
 
 
 def throw_case(engine, cells, iterations, truth=None):
@@ -98,7 +108,7 @@ def throw_case(engine, cells, iterations, truth=None):
     centre = frames.mean(axis=1)
     return {"x_m_end": float(centre[-1, 0] - centre[0, 0]), "x_m_most": float((centre[:, 0] - centre[0, 0]).max()),
             "lowest_mm_below_floor": float(1000 * max(0.0, setup.floor_z - float(frames[:, :, 2].min()))),
-            "ms_per_frame": ms}
+            "ms_per_frame": ms, **plausibility(frames, setup)}
 
 
 def main(argv=None) -> int:
@@ -124,7 +134,7 @@ def main(argv=None) -> int:
                                  f"fine level on {'the subspace lattice' if not cells else f'{cells} cells'}, "
                                  f"{iterations} iterations")
             out[key] = runs[case](engine, cells, iterations, args.truth)
-            print(key, json.dumps({k: round(v, 4) for k, v in out[key].items()}), flush=True)
+            print(key, json.dumps({k: None if v is None else round(v, 4) for k, v in out[key].items()}), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     if args.sheet:
