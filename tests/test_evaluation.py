@@ -119,6 +119,7 @@ def test_eval_json_schema(tiny, capsys):
         assert set(blocks) == set(r["splits"])
     oracle = r["baselines_info"]["oracle"]      # the model's handles on each mesh, unless fixed
     assert oracle["handles"] == "per mesh" or oracle["dofs"] == 12 * oracle["handles"]
+    assert oracle["failed"] == 0 and not any("oracle_error" in row for row in r["per_sequence"])
     assert r["noise_floor"]["available"] in (True, False)
     if r["energy_drift"]:
         assert set(r["energy_drift"]) == {"backward_euler", "implicit_midpoint"}

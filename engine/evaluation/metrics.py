@@ -278,6 +278,7 @@ def evaluate(model_path, data_dir, max_sequences=None, latent_mlp=None, json_pat
                                  "oracle": {"handles": handles or "per mesh",
                                             "dofs": 12 * handles if handles else "as many handles (12 coordinates each) as the model has on each mesh",
                                             "model_latent": latent,
+                                            "failed": sum("oracle_error" in row for row in per_sequence),
                                             "note": "the reference's energy, backward-Euler Newton in a skinning-eigenmode "
                                                     "subspace (affine handles x lowest Laplacian eigenvectors)"}},
               "ms_per_frame": _mean([r["ms_per_frame"] for r in records["neurok"]]),

@@ -181,6 +181,24 @@ class Lattice:
                 np.add.at(vol, node, size / 8.0)
         return vol
 
+    def grid_laplacian(self):
+        """[n, n] graph Laplacian of the sub-grid: each node joined to its neighbours one sub-grid
+        step away along an axis (both in the lattice)."""
+        rows, cols = [], []
+        for a in range(3):
+            step = np.zeros(3, dtype=np.int64)
+            step[a] = 1
+            up = self.node_grid + step
+            inside = up[:, a] < self.node_index.shape[a]
+            j = np.full(len(up), -1)
+            j[inside] = self.node_index[tuple(up[inside].T)]
+            i = np.flatnonzero(j >= 0)
+            rows.append(i); cols.append(j[i])
+        i, j = np.concatenate(rows), np.concatenate(cols)
+        n = len(self.nodes)
+        adj = sp.csr_matrix((np.ones(2 * len(i)), (np.concatenate([i, j]), np.concatenate([j, i]))), shape=(n, n))
+        return (sp.diags(np.asarray(adj.sum(axis=1)).ravel()) - adj).tocsr()
+
     def cell_centres(self):
         return np.stack([0.5 * (self.planes[a][self.cell_ids[:, a]] + self.planes[a][self.cell_ids[:, a] + 1])
                          for a in range(3)], axis=1)

@@ -51,6 +51,7 @@ LATTICE_FLOORS = ("nodes", "body")
 # friction's normal forces are taken at the substep's start, then again at its solution while they
 # change (a contact that starts or ends in the substep): IPC's lagged updates
 FRICTION_UPDATES = 2
+FIT_SMOOTHING = 1e-2   # a start's non-affine remainder: smoothness against fit (a smooth bend kept to ~1 %)
 
 
 def node_depth_outside(nodes, rest, faces) -> np.ndarray:
@@ -160,7 +161,9 @@ class ReferenceSimulator:
         # The affine part of the vertex displacement moves every lattice node (trilinear
         # interpolation reproduces affine fields exactly, so a translation or rotation of the
         # vertices is matched everywhere, including interior nodes no vertex touches); the
-        # remainder is matched by the minimal change of the nodes.
+        # remainder is matched by the smoothest change of the nodes (the sub-grid's Laplacian, weighed
+        # by FIT_SMOOTHING): a node that no vertex holds follows its neighbours, so a start stored with
+        # rounding (a sequence's first frame) does not fling barely held nodes and invert their cells.
         rest = np.asarray(self.setup.rest, dtype=np.float64)
         u = np.asarray(x, dtype=np.float64) - rest
         c = rest.mean(axis=0)
@@ -168,7 +171,10 @@ class ReferenceSimulator:
         affine, *_ = np.linalg.lstsq(P, u, rcond=None)
         node_u = np.hstack([self.rest_dofs - c, np.ones((len(self.rest_dofs), 1))]) @ affine
         residual = u - np.asarray(self.W @ node_u)
-        A = (self.W.T @ self.W + 1e-8 * sp.identity(self.W.shape[1])).tocsc()
+        WtW = (self.W.T @ self.W).tocsr()
+        L = self.lattice.grid_laplacian()
+        A = (WtW + FIT_SMOOTHING * WtW.diagonal().mean() / L.diagonal().mean() * L
+             + 1e-12 * sp.identity(self.W.shape[1])).tocsc()
         b = self.W.T @ residual
         return self.rest_dofs + node_u + spla.spsolve(A, b).reshape(-1, 3)
 
