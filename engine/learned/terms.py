@@ -123,15 +123,12 @@ def friction(q, ctx: StepContext, need_hess=True) -> Terms | None:
     n = c.normal
     u = slide - torch.sum(slide * n, dim=1, keepdim=True) * n
     y = torch.sqrt(torch.sum(u * u, dim=1) + 1e-300)
-    f0, f1_over_y, f1_prime = smoothed_slide(y, FRICTION_SLIP_SPEED * ctx.h / ctx.scene.scale)
+    f0, f1_over_y, _ = smoothed_slide(y, FRICTION_SLIP_SPEED * ctx.h / ctx.scene.scale)
     g = torch.einsum("a,ai,aid->d", c.weight * f1_over_y, u, c.V)
     H = None
-    if need_hess:
-        unit = u / y[:, None]
+    if need_hess:       # the majorizer mu lambda f1/|u| (I - n n^T): docs/DESIGN_NOTES.md §5
         VT = c.V - n[:, :, None] * torch.einsum("ai,aid->ad", n, c.V)[:, None, :]       # (I - n n^T) V
-        Vu = torch.einsum("ai,aid->ad", unit, c.V)                                       # u^T V
-        a, b = c.weight * f1_over_y, c.weight * (f1_prime - f1_over_y)
-        H = torch.einsum("a,aid,aie->de", a, VT, VT) + torch.einsum("a,ad,ae->de", b, Vu, Vu)
+        H = torch.einsum("a,aid,aie->de", c.weight * f1_over_y, VT, VT)
     return Terms(torch.sum(c.weight * f0), g, H)
 
 
