@@ -235,6 +235,8 @@ class PhysicsCache:
         return unused
 
     def _store(self, job: Job, answer):
+        if job.kind == "oracle" and not isinstance(answer, PhysicsRunFailed) and answer[2]:
+            return          # the oracle's code raised: no answer to keep, run it again next time
         path = self.path(job)
         path.parent.mkdir(parents=True, exist_ok=True)
         if self.keeps(job):
