@@ -119,7 +119,7 @@ class CoarseLevel:
 def two_level(coarse, factor):
     """`sheet_layer.quasi_newton` with one coarse Newton step (`CoarseLevel`) before each L-BFGS
     step; every accepted step's curvature pair joins the history."""
-    from engine.learned.sheet_layer import _line_search, _two_loop
+    from engine.learned.quasi_newton import line_search as _line_search, two_loop as _two_loop
 
     def solve(potential, x, precondition, iterations, memory, history):
         energy, grad = potential(x)

@@ -271,3 +271,30 @@ def collider_from_dict(d: dict) -> Collider:
                     positions=np.asarray(positions, dtype=np.float64),
                     thickness_outer=float(d.get("thickness", 0.02)), thickness_inner=float(d.get("thickness_inner", 0.2)),
                     friction=float(d.get("friction", 0.0)), damping=float(d.get("damping", 0.0)))
+
+
+def contact_planes(setup, x, reach, end, floor=True):
+    """[(vertex indices, a point on the plane [A,3], outward normal [A,3], Coulomb coefficient)]:
+    each vertex of x [N,3] within `reach` (metres) of the setup's floor or a collider's shell meets
+    that one's tangent plane at its closest point over the substep ending at frame `end` (found
+    once a substep, at its guess x; the sheet's and the solid's layers); `floor`: with the floor's."""
+    planes = []
+    height = setup.floor_z if floor else None
+    if height is not None:
+        near = np.nonzero(x[:, 2] < height + reach)[0]
+        if len(near):
+            normal = np.zeros((len(near), 3))
+            normal[:, 2] = 1.0
+            planes.append((near, np.full((len(near), 3), [0.0, 0.0, height]), normal, setup.floor_friction))
+    for c in setup.colliders or []:
+        verts = c.at(end)
+        grow = c.thickness_outer + reach
+        inside_box = np.nonzero(np.all((x >= verts.min(axis=0) - grow) & (x <= verts.max(axis=0) + grow), axis=1))[0]
+        if not len(inside_box):
+            continue
+        sd, normal, closest = signed_distance(x[inside_box], verts, c.faces, c.closed)
+        keep = sd < grow
+        if keep.any():
+            shell = closest[keep] + c.thickness_outer * normal[keep]
+            planes.append((inside_box[keep], shell, normal[keep], c.friction))
+    return planes

@@ -129,7 +129,7 @@ class RunState(NamedTuple):
     """A learned run's state at a frame: the latent state (q, q'), and with a sheet's full-space
     layer its vertices' positions and velocities (metres, [N,3]; its proxy's [P,3] where it has one,
     `sheet_proxy.py`; a solid's fine level: its lattice nodes' [n,3], `solid_layer.py`) and the
-    layer's curvature pairs (`sheet_layer.quasi_newton`); x, v None and history empty without it."""
+    layer's curvature pairs (`quasi_newton.quasi_newton`); x, v None and history empty without it."""
     q: torch.Tensor
     qd: torch.Tensor
     x: np.ndarray | None = None

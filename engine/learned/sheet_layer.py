@@ -36,16 +36,16 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
-from scipy.linalg.blas import daxpy, ddot
+from scipy.linalg.blas import ddot
 
-from ..core.colliders import signed_distance
+from ..core.colliders import contact_planes
 from ..core.fields import total_accel, vertex_normals
 from ..core.geometry import lumped_vertex_areas
 from ..core.mesh_physics import EdgeSprings, bending_matrix, coulomb_velocity, penalty_contact
 from ..core.physics import pin_stiffness
 from ..core.setup import SHEET_LAYER_CHOICES
 from ..core.self_contact import LayerFriction, SheetSelfContact, self_contact_penalty
+from .quasi_newton import PrefactoredSolve, as_columns, quasi_newton
 
 LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (fewer lose the flag's first fall: experiments/sheet_layer_designs.py)
 LAYER_MEMORY = 10              # curvature pairs kept
@@ -68,20 +68,6 @@ def vertex_masses(setup) -> np.ndarray:
     area = lumped_vertex_areas(np.asarray(setup.rest, np.float64), np.asarray(setup.faces))
     area = np.where(area > 0, area, max(area.mean(), 1e-12) if area.any() else 1e-6)
     return setup.material.density * area
-
-
-class PrefactoredSolve:
-    """A sparse symmetric system factored once, solved in single precision: a preconditioner needs
-    no more digits, and the solve is bound by reading the factor (half the bytes: 1.15 -> 1.05 ms
-    at 10k vertices, 24.9 -> 19.4 ms at 100k, three right-hand sides, one core:
-    `experiments/sheet_solve_cost.py`)."""
-
-    def __init__(self, matrix):
-        self.lu = spla.splu(matrix.astype(np.float32).tocsc(), permc_spec="MMD_AT_PLUS_A")
-
-    def solve(self, rhs):
-        """[N,3] column-major in float64, like `rhs`."""
-        return self.lu.solve(np.asfortranarray(rhs, dtype=np.float32)).astype(np.float64, order="F")
 
 
 class SheetLayer:
@@ -265,110 +251,9 @@ class SheetLayer:
         return v
 
 
-def contact_planes(setup, x, reach, end, floor=True):
-    """[(vertex indices, a point on the plane [A,3], outward normal [A,3], Coulomb coefficient)]:
-    each vertex of x [N,3] within `reach` (metres) of the setup's floor or a collider's shell meets
-    that one's tangent plane at its closest point over the substep ending at frame `end` (found
-    once a substep, at its guess x; the sheet's and the solid's layers); `floor`: with the floor's."""
-    planes = []
-    height = setup.floor_z if floor else None
-    if height is not None:
-        near = np.nonzero(x[:, 2] < height + reach)[0]
-        if len(near):
-            normal = np.zeros((len(near), 3))
-            normal[:, 2] = 1.0
-            planes.append((near, np.full((len(near), 3), [0.0, 0.0, height]), normal, setup.floor_friction))
-    for c in setup.colliders or []:
-        verts = c.at(end)
-        grow = c.thickness_outer + reach
-        inside_box = np.nonzero(np.all((x >= verts.min(axis=0) - grow) & (x <= verts.max(axis=0) + grow), axis=1))[0]
-        if not len(inside_box):
-            continue
-        sd, normal, closest = signed_distance(x[inside_box], verts, c.faces, c.closed)
-        keep = sd < grow
-        if keep.any():
-            shell = closest[keep] + c.thickness_outer * normal[keep]
-            planes.append((inside_box[keep], shell, normal[keep], c.friction))
-    return planes
-
-
-def as_columns(x) -> np.ndarray:
-    """x [N,3] column-major (Fortran order): the layout of every vector the iterations make."""
-    return np.asfortranarray(x, dtype=np.float64)
-
-
-def _flat(x) -> np.ndarray:
-    """A vector of the iterations as one column of 3N numbers (a view for column-major x)."""
-    return x.ravel(order="F")
-
-
-def _dot(a, b) -> float:
-    return ddot(_flat(a), _flat(b))
-
-
 def _row_dot(p, q) -> np.ndarray:
     """[E] the dot product of each row of p and q [E,3], a column at a time."""
     out = p[:, 0] * q[:, 0]
     out += p[:, 1] * q[:, 1]
     out += p[:, 2] * q[:, 2]
     return out
-
-
-def _line_search(potential, x, energy, grad, step):
-    """Backtracking (Armijo) along `step`: (x, energy, gradient) accepted."""
-    slope = _dot(grad, step)
-    if slope >= 0:
-        return x, energy, grad, False
-    t = 1.0
-    while True:
-        trial = x + t * step
-        e_trial, g_trial = potential(trial)
-        if e_trial <= energy + 1e-4 * t * slope:
-            return trial, e_trial, g_trial, True
-        if t < 1e-4:
-            return x, energy, grad, False
-        t *= 0.5
-
-
-def quasi_newton(potential, x, precondition, iterations, memory, history, trace=None):
-    """Minimise `potential` (x -> energy, gradient) from x by `iterations` L-BFGS steps whose first
-    inverse Hessian is `precondition`. Every accepted step's curvature pair (s, y) joins `history`
-    (a list, extended in place, its last `memory` kept). A step the line search cannot shorten into
-    a decrease ends the iterations: from the same x and history the next would be the same.
-    `trace` (a list, for measurements) gets (energy, gradient) at the start and after each step."""
-    energy, grad = potential(x)
-    if trace is not None:
-        trace.append((energy, grad))
-    for _ in range(iterations):
-        step = -_two_loop(grad, history, precondition)
-        if _dot(grad, step) >= 0:
-            step = -precondition(grad)
-        x1, e1, g1, moved = _line_search(potential, x, energy, grad, step)
-        if not moved:
-            break
-        s, y = x1 - x, g1 - grad
-        sy = _dot(s, y)
-        if sy > 1e-300:
-            history.append((s, y, 1.0 / sy))
-            del history[:-memory]
-        x, energy, grad = x1, e1, g1
-        if trace is not None:
-            trace.append((energy, grad))
-    return x
-
-
-def _two_loop(grad, history, precondition):
-    """L-BFGS's product of its inverse-Hessian estimate with the gradient (BLAS in place: at 10k
-    vertices numpy's temporaries cost as much as the prefactored solve). Vectors are flattened
-    column-major (`_flat`), the result has grad's shape, column-major."""
-    shape = grad.shape
-    q = _flat(grad).copy()
-    alphas = []
-    for s, y, rho in reversed(history):
-        alpha = rho * ddot(_flat(s), q)
-        q = daxpy(_flat(y), q, a=-alpha)
-        alphas.append(alpha)
-    r = _flat(np.asarray(precondition(q.reshape(shape, order="F")))).copy()
-    for (s, y, rho), alpha in zip(history, reversed(alphas)):
-        r = daxpy(_flat(s), r, a=alpha - rho * ddot(_flat(y), r))
-    return r.reshape(shape, order="F")
