@@ -108,10 +108,13 @@ def coulomb_terms(contacts: FrictionContacts, x, x_prev, h: float):
     return slide_terms(x[i] - x_prev[i] - contacts.surface_slide, contacts.normal, contacts.weight, h)
 
 
-def slide_terms(slide, normal, weight, h: float, need_hess=True):
+def slide_terms(slide, normal, weight, h: float, need_hess=True, majorize=False):
     """(energy, gradient [A,3], Hessian blocks [A,3,3] or None) of the friction potential of
     contacts that slid by `slide` [A,3] over a step h (each relative to what it touches), with unit
-    normals [A,3] and weights mu lambda [A]: the gradient and Hessian are with respect to the slide."""
+    normals [A,3] and weights mu lambda [A]: the gradient and Hessian are with respect to the slide.
+    `majorize`: instead of the Hessian, mu lambda f1(|u|)/|u| (I - n n^T), the curvature of the
+    quadratic that lies above the potential and touches it at u (IRLS): never less than the exact
+    curvature (docs/DESIGN_NOTES.md §5)."""
     n = normal
     u = slide - np.einsum("ai,ai->a", slide, n)[:, None] * n
     y = np.linalg.norm(u, axis=1)
@@ -119,8 +122,10 @@ def slide_terms(slide, normal, weight, h: float, need_hess=True):
     w = weight
     if not need_hess:
         return float(np.sum(w * f0)), (w * f1_over_y)[:, None] * u, None
+    tangent = np.eye(3)[None] - np.einsum("ai,aj->aij", n, n)
+    if majorize:
+        return float(np.sum(w * f0)), (w * f1_over_y)[:, None] * u, (w * f1_over_y)[:, None, None] * tangent
     unit = u / np.maximum(y, 1e-300)[:, None]
     uu = np.einsum("ai,aj->aij", unit, unit)
-    tangent = np.eye(3)[None] - np.einsum("ai,aj->aij", n, n)
     H = w[:, None, None] * (f1_prime[:, None, None] * uu + f1_over_y[:, None, None] * (tangent - uu))
     return float(np.sum(w * f0)), (w * f1_over_y)[:, None] * u, H
