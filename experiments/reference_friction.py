@@ -3,13 +3,14 @@ converge: the evaluation's contact scenes on a chosen lattice, frictionless, wit
 exact Hessian of the dissipation potential, and with friction and its majorizer.
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/reference_friction.py \
-        [--scenes ico_sphere,monkey,toy_drop] [--cells 12] [--frames 12] [--variants frictionless,exact,majorizer]
+        [--scenes ico_sphere,monkey,toy_drop] [--cells 12] [--frames 12] [--variants frictionless,exact,majorizer,hybrid]
 
 The majorizer (`core.friction.slide_terms(majorize=True)`) is mu lambda f1(|u|)/|u| in every
 tangential direction: the quadratic of IRLS, which lies above the potential and touches it at the
 current slide; the exact Hessian has no curvature along a sliding contact's slide, so Newton's
 model is wrong across the stick-slip kink. The potential and its gradient are the same, so a
-converged step is the same step (the last column: the frames' distance to the exact run's, in
+converged step is the same step. `hybrid`: the exact Hessian until a line search in the substep
+halves its step three times, the majorizer for the rest of that substep (the last column: the frames' distance to the exact run's, in
 bounding-box diagonals).
 
 Each row: seconds, Newton iterations and line-search halvings a substep (mean), the substeps
@@ -31,7 +32,24 @@ def run(setup, cells, variant):
     from engine.evaluation.scene_eval import REFERENCE_SETTINGS
     from engine.reference.budget import WorkBudgetExceeded
     from engine.reference.simulator import ReferenceSimulator
-    shipped = friction.slide_terms
+    from engine.reference import simulator
+    shipped, searched, newton = friction.slide_terms, simulator.line_search, simulator.ReferenceSimulator._newton
+    if variant == "hybrid":       # the exact Hessian until a line search halves 3 times, then the majorizer
+        state = {"majorize": False}
+
+        def slide_terms(*args, **kwargs):
+            return shipped(*args, **kwargs, majorize=state["majorize"])
+
+        def line_search(*args, **kwargs):
+            alpha = searched(*args, **kwargs)
+            state["majorize"] = state["majorize"] or alpha < 0.125
+            return alpha
+
+        def fresh_substep(self, *args, **kwargs):
+            state["majorize"] = False
+            return newton(self, *args, **kwargs)
+        friction.slide_terms, simulator.line_search = slide_terms, line_search
+        simulator.ReferenceSimulator._newton = fresh_substep
     if variant == "frictionless":
         setup.floor_friction = 0.0
         for c in setup.colliders or []:
@@ -51,7 +69,7 @@ def run(setup, cells, variant):
             x, why = None, str(e).split(":", 1)[-1].strip()[:80]
         return x, time.perf_counter() - t0, sim.work_log, why, sim.newton_iterations
     finally:
-        friction.slide_terms = shipped
+        friction.slide_terms, simulator.line_search, simulator.ReferenceSimulator._newton = shipped, searched, newton
 
 
 def main(argv=None) -> int:
