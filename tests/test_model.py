@@ -28,7 +28,7 @@ from engine.learned.latent_scene import LatentScene
 from engine.learned.strain_energy import DTYPE
 from engine.learned.model import NeurokModel
 from engine.learned.runtime import NeurokEngine, NeurokRun
-from engine.learned.terms import elastic, elastic_energy
+from engine.learned.terms import elastic, elastic_energy, friction
 from engine.training.shapes import make_sample, make_shape
 
 G = 9.81
@@ -178,9 +178,15 @@ def test_step_gradient_is_the_gradient_of_the_incremental_potential(model, famil
     terms = total(q.detach(), ctx)
     np.testing.assert_allclose(terms.grad.numpy(), auto.numpy(), rtol=1e-6, atol=1e-8 * float(auto.abs().max()))
     assert float(terms.energy) == pytest.approx(float(energy), rel=1e-10)
-    # the exact Hessian is the Hessian of the incremental potential (floor and friction are
-    # piecewise quadratic: their Gauss-Newton Hessians are exact away from the contact switch)
+    # the exact Hessian is the Hessian of the incremental potential (the floor is piecewise
+    # quadratic: its Gauss-Newton Hessian is exact away from the contact switch), but for friction,
+    # whose term gives its majorizer: never less curvature than the friction potential's own
     exact = torch.autograd.functional.hessian(lambda x: total_energy(x, ctx), q.detach())
+    slip = friction(q.detach(), ctx)
+    assert slip is not None                     # the floor 5 % of the diagonal above the lowest vertex
+    slip_exact = torch.autograd.functional.hessian(lambda x: friction(x, ctx, need_hess=False).energy, q.detach())
+    assert float(torch.linalg.eigvalsh(slip.hess - slip_exact).min()) >= -1e-9 * float(slip_exact.abs().max())
+    exact = exact - slip_exact + slip.hess
     np.testing.assert_allclose(terms.hess.numpy(), exact.numpy(), rtol=1e-6, atol=1e-7 * float(exact.abs().max()))
     ctx = replace(ctx, exact_hessian=False)   # what Newton falls back to where the exact one is not positive definite
     assert float(torch.linalg.eigvalsh(total(q.detach(), ctx).hess).min()) > 0.0
