@@ -1,7 +1,7 @@
 """What floor contact and friction cost the learned engine's latent step, and where it goes.
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/contact_cost.py [--slip 0.001 0.01 0.05] [--frames 24]
-        [--continuation K] [--capped-curvature K] [--majorizer] [--against-iterations 400]
+        [--continuation K] [--capped-curvature K] [--exact-hessian] [--against-iterations 400]
 
 Two solids thrown along a floor: `neurok bench`'s rubber sphere of 1,000 vertices (its contact row,
 `bench.contact_setup`) and `experiments/balance.py`'s jelly ball. For each, ms a frame and, per latent
@@ -10,10 +10,10 @@ step, how many times Newton evaluated the incremental potential with its Hessian
 (`integrators.minimize_with_friction` solves again where friction's normal forces change):
 frictionless, then with friction at each slip speed (`core.friction.FRICTION_SLIP_SPEED`, 1 mm/s in
 both engines; other values here patch the learned engine's only, to see what the law's threshold costs).
-Newton variants against the stick-slip kink (none shipped yet): `--majorizer`: friction's curvature in
-Newton's matrix f1(y)/y in every tangential direction (IRLS: the quadratic that touches the potential
-from above at the iterate), never the exact f1'(y) = 0 along a sliding contact's slide;
-`--continuation K`: each solve first with a K times larger slip speed, then from its answer with the
+Newton's matrix takes friction's majorizer, f1(y)/y in every tangential direction (IRLS: the
+quadratic that touches the potential from above at the iterate; `terms.friction`). Variants:
+`--exact-hessian`: friction's exact Hessian instead, whose curvature along a sliding contact's slide
+is f1'(y) = 0 (what shipped before the majorizer); `--continuation K`: each solve first with a K times larger slip speed, then from its answer with the
 law's own; `--capped-curvature K`: friction's curvatures capped at 1/(K eps). Each leaves the potential
 and its gradient the law's, so only the path to the same minimum changes; with a variant each run is
 also baked without it, and the mean and largest distance between the two bakes' vertices (mm,
@@ -92,10 +92,11 @@ def capped_curvature(factor):
     return _friction_matrix(matrix)
 
 
-def majorizer():
-    """`terms.friction` with Newton's matrix from the majorizer f1(y)/y (I - n n^T) of each contact."""
+def exact_hessian():
+    """`terms.friction` with Newton's matrix the friction potential's own Hessian."""
     return _friction_matrix(lambda weight, VT, Vu, eps, f1_over_y, f1_prime:
-                            torch.einsum("a,aid,aie->de", weight * f1_over_y, VT, VT))
+                            torch.einsum("a,aid,aie->de", weight * f1_over_y, VT, VT)
+                            + torch.einsum("a,ad,ae->de", weight * (f1_prime - f1_over_y), Vu, Vu))
 
 
 def _friction_matrix(matrix):
@@ -154,13 +155,13 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=24)
     p.add_argument("--continuation", type=float, default=None, help="solve first with K times the slip speed")
     p.add_argument("--capped-curvature", type=float, default=None, help="cap friction's curvature at 1/(K eps)")
-    p.add_argument("--majorizer", action="store_true", help="friction's majorizer curvature in Newton's matrix")
+    p.add_argument("--exact-hessian", action="store_true", help="friction's exact Hessian in Newton's matrix")
     p.add_argument("--against-iterations", type=int, default=None,
                    help="also print the mean distance from the engine's Newton with this many iterations a step")
     args = p.parse_args(argv)
     variants = ([lambda: continuation(args.continuation)] if args.continuation else []) + \
         ([lambda: capped_curvature(args.capped_curvature)] if args.capped_curvature else []) + \
-        ([majorizer] if args.majorizer else [])
+        ([exact_hessian] if args.exact_hessian else [])
     torch.set_num_threads(1)
     balance = runpy.run_path(str(Path(__file__).with_name("balance.py")))
     engine = open_engine("neurok", device="cpu")

@@ -197,12 +197,12 @@ def explained(model, records):
 # --------------------------------------------------------------------------- runs
 
 def solver(log=None, before=None, timer=None):
-    """`sheet_layer.quasi_newton` itself, with two additions: `before(x, grad)` (at the start, with
+    """`quasi_newton.quasi_newton` itself, with two additions: `before(x, grad)` (at the start, with
     the potential's gradient there) may return another start, whose potential is then evaluated
     (`timer`, a list of one float, sums the seconds of that); `log` gets (the energy after each
     iteration, |grad| at the end) per call, from the solver's own trace (for the convergence measures;
     costs nothing)."""
-    from engine.learned.sheet_layer import quasi_newton as shipped
+    from engine.learned.quasi_newton import quasi_newton as shipped
 
     def quasi_newton(potential, x, precondition, iterations, memory, history):
         first = potential(x)

@@ -29,7 +29,8 @@ def main(argv=None) -> int:
     import scipy.sparse as sp
     import scipy.sparse.linalg as spla
     from engine.evaluation.bench import CLOTH_SCENE, bench_setup, bench_sheet
-    from engine.learned.sheet_layer import LAYER_MEMORY, SheetLayer, _two_loop
+    from engine.learned.quasi_newton import LAYER_MEMORY, two_loop as _two_loop
+    from engine.learned.sheet_layer import SheetLayer
     for n in args.sizes:
         setup = bench_setup(bench_sheet(n), 4, CLOTH_SCENE)
         layer = SheetLayer(setup)

@@ -8,6 +8,8 @@ import numpy as np
 import scipy.sparse.linalg as spla
 from scipy.linalg.blas import daxpy, ddot
 
+LAYER_MEMORY = 10              # curvature pairs kept
+
 
 class PrefactoredSolve:
     """A sparse symmetric system factored once, solved in single precision: a preconditioner needs

@@ -45,10 +45,9 @@ from ..core.mesh_physics import EdgeSprings, bending_matrix, coulomb_velocity, p
 from ..core.physics import pin_stiffness
 from ..core.setup import SHEET_LAYER_CHOICES
 from ..core.self_contact import LayerFriction, SheetSelfContact, self_contact_penalty
-from .quasi_newton import PrefactoredSolve, as_columns, quasi_newton
+from .quasi_newton import LAYER_MEMORY, PrefactoredSolve, as_columns, quasi_newton
 
 LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (fewer lose the flag's first fall: experiments/sheet_layer_designs.py)
-LAYER_MEMORY = 10              # curvature pairs kept
 
 
 def layer_wanted(choice: str, setup) -> bool:

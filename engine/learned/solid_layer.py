@@ -45,8 +45,7 @@ from ..core.mesh_physics import penalty_contact
 from ..core.fields import total_accel, vertex_normals
 from ..core.physics import FLOOR_OMEGA2, carried_vertex_masses, pin_stiffness
 from ..core.colliders import contact_planes
-from .quasi_newton import PrefactoredSolve, as_columns, quasi_newton
-from .sheet_layer import LAYER_MEMORY
+from .quasi_newton import LAYER_MEMORY, PrefactoredSolve, as_columns, quasi_newton
 from .subspace import build_lattice, held_nodes, held_points, trilinear_gradients
 
 # L-BFGS iterations per substep: at 20 a thrown jelly ball stopped short, held back by friction in
