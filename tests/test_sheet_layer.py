@@ -42,9 +42,10 @@ def test_a_flag_hinges_at_its_pole_in_the_first_gust(engine):
 
 
 def test_a_cloth_dropped_on_a_table_hangs_over_its_edges(engine):
-    """A 0.6 m cloth dropped on a 0.3 m table: after 18 frames its overhang is 31 degrees from the
-    vertical (the latent step alone: 48, a tent), its top rests flat on the table, and nothing
-    passes into the table."""
+    """A 0.6 m cloth dropped on a 0.3 m table: after 18 frames its overhang is 22 degrees from the
+    vertical (the reference's 20; the latent step alone: 48, a tent), its top rests flat on the
+    table, nothing passes into the table, and its edges keep their length: 0.03 % mean strain
+    (the reference's 0.02 %; 0.24 % when friction was a filter on the velocity after the solve)."""
     mesh, scene = drape_case(18, size=0.6, cells=16, table=0.3)
     setup = setup_from_scene(mesh, scene)
     xs = engine.prepare(setup, sheet_layer="on").bake()
@@ -54,6 +55,7 @@ def test_a_cloth_dropped_on_a_table_hangs_over_its_edges(engine):
     top = np.abs(np.asarray(setup.rest)[:, :2]).max(axis=1) < 0.1
     heights = xs[-1][top, 2] - 0.31                           # above the table's 1 cm shell
     assert abs(np.median(heights)) < 0.01 and np.all(np.abs(heights) < 0.02)   # resting on it (ripples of 1 cm)
+    assert MeshMeasures(setup.rest, np.asarray(setup.faces)).edge_strain(xs[-1]).mean() < 0.0006
 
 
 def test_auto_follows_the_level_of_detail():

@@ -101,11 +101,11 @@ def changed(old, new, share: float = 0.1) -> bool:
     return abs(a - b) > share * max(a, b)
 
 
-def coulomb_terms(contacts: FrictionContacts, x, x_prev, h: float):
-    """(energy, gradient [A,3], Hessian blocks [A,3,3]) of the friction potential at points x [P,3]
-    (metres; positions at the step's start: x_prev), per contact."""
+def coulomb_terms(contacts: FrictionContacts, x, x_prev, h: float, need_hess=True):
+    """(energy, gradient [A,3], Hessian blocks [A,3,3] or None) of the friction potential at points
+    x [P,3] (metres; positions at the step's start: x_prev), per contact."""
     i = contacts.index
-    return slide_terms(x[i] - x_prev[i] - contacts.surface_slide, contacts.normal, contacts.weight, h)
+    return slide_terms(x[i] - x_prev[i] - contacts.surface_slide, contacts.normal, contacts.weight, h, need_hess)
 
 
 def slide_terms(slide, normal, weight, h: float, need_hess=True, majorize=False):
@@ -129,3 +129,14 @@ def slide_terms(slide, normal, weight, h: float, need_hess=True, majorize=False)
     uu = np.einsum("ai,aj->aij", unit, unit)
     H = w[:, None, None] * (f1_prime[:, None, None] * uu + f1_over_y[:, None, None] * (tangent - uu))
     return float(np.sum(w * f0)), (w * f1_over_y)[:, None] * u, H
+
+
+def coordinate_stiffness(contacts: FrictionContacts, x, x_prev, h: float) -> np.ndarray:
+    """[A,3] each contact's friction curvature at points x [P,3] (start of step x_prev), as the
+    diagonal a preconditioner solved one coordinate at a time takes: the majorizer's
+    mu lambda f1(|u|)/|u| (`slide_terms`) on the tangent plane, (1 - n_c^2) of it in coordinate c."""
+    i, n = contacts.index, contacts.normal
+    slide = x[i] - x_prev[i] - contacts.surface_slide
+    u = slide - np.einsum("ai,ai->a", slide, n)[:, None] * n
+    _, f1_over_y, _ = smoothed_slide(np.linalg.norm(u, axis=1), FRICTION_SLIP_SPEED * h)
+    return (contacts.weight * f1_over_y)[:, None] * (1.0 - n ** 2)

@@ -24,6 +24,10 @@ class PrefactoredSolve:
         """[N,3] column-major in float64, like `rhs`."""
         return self.lu.solve(np.asfortranarray(rhs, dtype=np.float32)).astype(np.float64, order="F")
 
+    def solve_column(self, rhs):
+        """One coordinate's column [N] in float64."""
+        return self.lu.solve(np.asarray(rhs, dtype=np.float32)).astype(np.float64)
+
 
 def as_columns(x) -> np.ndarray:
     """x [N,3] column-major (Fortran order): the layout of every vector the iterations make."""

@@ -22,8 +22,11 @@ per substep:
    factor, `experiments/sheet_solve_cost.py`). The curvature pairs carry from substep to substep as part of
    the run's state (`runtime.RunState`), so a frame the guard computes again starts from the
    accepted state's. Floor and colliders push with the reference's penalty spring against each
-   vertex's tangent plane, found once per substep; friction is Coulomb's, applied to the velocity
-   the substep ends with. With the scene's "self_collision", the sheet's folds keep a thickness
+   vertex's tangent plane, found once per substep; friction is the reference's lagged Coulomb
+   potential (`core.friction`: normal forces from the substep's start), a term of E(x) like the
+   others, whose curvature joins the prefactored system where it acts (a friction applied to the
+   velocity after the solve held the contacts back but not their neighbours, and a cloth on a
+   table stretched 3-6x the reference's). With the scene's "self_collision", the sheet's folds keep a thickness
    layer apart: the pairs of `core.self_contact`, found once per substep, and its penalty (the one
    the reference prices).
 
@@ -41,7 +44,8 @@ from scipy.linalg.blas import ddot
 from ..core.colliders import contact_planes
 from ..core.fields import total_accel, vertex_normals
 from ..core.geometry import lumped_vertex_areas
-from ..core.mesh_physics import EdgeSprings, bending_matrix, coulomb_velocity, penalty_contact
+from ..core.friction import coordinate_stiffness, coulomb_terms, friction_contacts
+from ..core.mesh_physics import EdgeSprings, bending_matrix, penalty_contact
 from ..core.physics import pin_stiffness
 from ..core.setup import SHEET_LAYER_CHOICES
 from ..core.self_contact import LayerFriction, SheetSelfContact, self_contact_penalty
@@ -136,19 +140,46 @@ class SheetLayer:
         folds = self.self_contact.pairs(x_n, start) if self.self_contact is not None else None
         layers = (LayerFriction.of(folds, x_n, self.self_contact.distance, self.setup.self_friction)
                   if folds is not None else None)
-        energy = self.incremental_potential(frame, x_n, v_n, h, folds, layers)
+        # Coulomb friction at the floor and colliders, its normal forces found at the substep's start
+        # (lagged: the reference's law, `core.friction`)
+        begin = end - h / self.setup.dt
+        friction = friction_contacts(self.setup, x_n, self.mass, begin, begin, end)
+        energy = self.incremental_potential(frame, x_n, v_n, h, folds, layers, friction)
         history = list(history)         # the accepted state's pairs stay as they were
-        x = quasi_newton(energy, as_columns(start), self._factor(h).solve, self.iterations, self.memory, history)
-        v = self.friction((x - x_n) / h, x, h)
-        return x_n + h * v, v, tuple(history)
+        x = quasi_newton(energy, as_columns(start), self._precondition(h, friction, x_n, start),
+                         self.iterations, self.memory, history)
+        return x, (x - x_n) / h, tuple(history)
 
-    def incremental_potential(self, frame, x_n, v_n, h, folds=None, layers=None):
+    def _precondition(self, h, friction, x_n, start):
+        """L-BFGS's first inverse Hessian: the prefactored rest system, and where friction holds
+        vertices, that system with friction's curvature at the start's slide on its diagonal, one
+        factor per coordinate (the floor's x and y share one). Static friction is hundreds of times
+        a vertex's inertia: iterations that do not see it leave the held part of a sheet stretched."""
+        rest = self._factor(h)
+        if friction is None:
+            return rest.solve
+        k = np.zeros((len(self.mass), 3))
+        np.add.at(k, friction.index, coordinate_stiffness(friction, start, x_n, h))
+        A = self._factor_matrix(h)
+        factors = {}
+        for c in range(3):
+            key = k[:, c].tobytes()
+            if key not in factors:
+                factors[key] = PrefactoredSolve(A + sp.diags(k[:, c])) if k[:, c].any() else rest
+        solves = [factors[k[:, c].tobytes()] for c in range(3)]
+
+        def solve(r):
+            return as_columns(np.stack([f.solve_column(r[:, c]) for c, f in enumerate(solves)], axis=1))
+        return solve
+
+    def incremental_potential(self, frame, x_n, v_n, h, folds=None, layers=None, friction=None):
         """E(x) -> (energy, gradient [N,3]) of the substep from (x_n, v_n) (module docstring), with
         the Rayleigh damping's stiffness part taken at x_n (as the reference takes it); the energy
         up to a constant of the substep. `folds`: the substep's self-contact pairs
         (`SheetSelfContact.pairs`), whose thickness-layer penalty joins the contact terms, and
         `layers` the Coulomb friction between the layers where they touch (`LayerFriction`, its
-        normal forces taken at x_n: the reference's law).
+        normal forces taken at x_n: the reference's law), and `friction` the floor's and colliders'
+        Coulomb contacts (`core.friction.FrictionContacts`, found at x_n).
 
         Everything but the springs is quadratic in x, so it is gathered once per substep into
         1/2 x.(a x + c Q x) - b.x: inertia, air drag and pins on the diagonal a, bending with its
@@ -204,6 +235,11 @@ class SheetLayer:
             if layers is not None:
                 e_layers, g_layers, _ = layers.terms(x, x_n, h, need_hess=False)
                 energy, grad = energy + e_layers, grad + g_layers
+            if friction is not None:
+                e_friction, g_friction, _ = coulomb_terms(friction, x, x_n, h, need_hess=False)
+                grad = np.array(grad, order="F")
+                np.add.at(grad, friction.index, g_friction)
+                energy += e_friction
             return energy, grad
         return potential
 
@@ -238,17 +274,6 @@ class SheetLayer:
             energy += e
             np.add.at(grad, idx, g)
         return energy, grad
-
-    def friction(self, v, x, h):
-        """Velocities after Coulomb friction at the vertices behind their contact planes."""
-        for idx, point, normal, mu in self._planes:
-            _, _, _, depth = penalty_contact(x[idx], point, normal, self.mass[idx])
-            inside = depth > 0
-            if inside.any() and mu > 0:
-                hit = idx[inside]
-                v[hit] = coulomb_velocity(v[hit], normal[inside], depth[inside], mu, h)
-        return v
-
 
 def _row_dot(p, q) -> np.ndarray:
     """[E] the dot product of each row of p and q [E,3], a column at a time."""

@@ -40,7 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..core.friction import FRICTION_SLIP_SPEED, coulomb_terms, friction_contacts
+from ..core.friction import coordinate_stiffness, coulomb_terms, friction_contacts
 from ..core.mesh_physics import penalty_contact
 from ..core.fields import total_accel, vertex_normals
 from ..core.physics import FLOOR_OMEGA2, carried_vertex_masses, pin_stiffness
@@ -140,9 +140,9 @@ class SolidLayer:
         coordinate: the floor's penalty (and a collider's) acts along the contact's normal and
         friction across it, each hundreds of times a node's inertia, and iterations that do not
         see them let a body sink centimetres into the floor. A contact spring k_n n n^T + k_t
-        (I - n n^T) enters each coordinate by its diagonal; friction's k_t is its curvature at
-        the guess's slide (2 mu lambda / eps while static, mu lambda / |slide| sliding,
-        `core.friction`)."""
+        (I - n n^T) enters each coordinate by its diagonal; friction's k_t is its majorizer's
+        curvature at the guess's slide (up to 2 mu lambda / eps while static, mu lambda / |slide|
+        sliding: `core.friction.coordinate_stiffness`)."""
         k = np.zeros((len(self.vertex_mass), 3))
         penalty = self.vertex_mass * FLOOR_OMEGA2
         if self.setup.floor_z is not None:          # the vertices the floor may meet this substep
@@ -150,12 +150,7 @@ class SolidLayer:
         for idx, _, normal, _ in planes:
             np.add.at(k, idx, penalty[idx, None] * normal ** 2)
         if friction is not None:
-            i, n = friction.index, friction.normal
-            slide = surface_guess[i] - surface_n[i] - friction.surface_slide
-            slide = np.linalg.norm(slide - np.einsum("ai,ai->a", slide, n)[:, None] * n, axis=1)
-            eps = FRICTION_SLIP_SPEED * h
-            curvature = friction.weight * np.where(slide < eps, 2.0 / eps, 1.0 / np.maximum(slide, eps))
-            np.add.at(k, i, curvature[:, None] * (1.0 - n ** 2))
+            np.add.at(k, friction.index, coordinate_stiffness(friction, surface_guess, surface_n, h))
         A = self._system(h)
         factors = {}              # coordinates with the same springs share a factor (the floor's x and y)
         for c in range(3):
@@ -257,7 +252,7 @@ class SolidLayer:
             surface = self.W @ x
             e_c, g_c = self._contact(surface)
             if friction is not None:
-                e_f, g_f, _ = coulomb_terms(friction, surface, surface_n, h)
+                e_f, g_f, _ = coulomb_terms(friction, surface, surface_n, h, need_hess=False)
                 e_c += e_f
                 np.add.at(g_c, friction.index, g_f)
             return energy + e_c, as_columns(grad + self.WT @ g_c)
