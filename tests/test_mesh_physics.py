@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from engine.core.geometry import edge_face_counts, face_edges
-from engine.core.mesh_physics import EdgeSprings, bending_matrix, coulomb_velocity, penalty_contact
+from engine.core.mesh_physics import EdgeSprings, bending_matrix, penalty_contact
 from engine.core.scene import setup_from_scene
 from engine.core.formats import Mesh
 from engine.learned.sheet_layer import SheetLayer
@@ -82,19 +82,15 @@ def test_each_term_is_its_own_gradient(fin):
     np.testing.assert_allclose(g1.ravel() / (2 * eps), H @ d.ravel(), rtol=1e-5, atol=1e-6 * abs(H).max())
 
 
-def test_penalty_contact_and_coulomb_friction_hold_absolute_values():
-    """A 2 g vertex 1 mm under the floor: k = m * 1e6 s^-2 pushes it up with 2 N; its sliding at
-    1 m/s loses mu * 1e6 * 1e-3 * h = 0.5 * 1000 * h m/s per substep, and one slower stops."""
+def test_penalty_contact_holds_absolute_values():
+    """A 2 g vertex 1 mm under the floor: k = m * 1e6 s^-2 pushes it up with 2 N (its friction:
+    `core.friction`, tests/test_friction.py)."""
     x = np.array([[0.0, 0.0, -0.001], [0.0, 0.0, 0.01]])
     normal = np.tile([0.0, 0.0, 1.0], (2, 1))
     energy, grad, hess, depth = penalty_contact(x, np.zeros((2, 3)), normal, np.array([0.002, 0.002]))
     assert grad[0, 2] == pytest.approx(-2.0) and grad[1, 2] == 0.0
     assert energy == pytest.approx(0.5 * 2000.0 * 1e-6)
     assert hess[0, 2, 2] == pytest.approx(2000.0) and depth[1] == 0.0
-    h = 1e-3
-    v = coulomb_velocity(np.array([[1.0, 0.0, 0.0], [0.3, 0.0, 0.0]]), normal, np.array([0.001, 0.001]), 0.5, h)
-    assert v[0, 0] == pytest.approx(1.0 - 0.5), v
-    assert v[1, 0] == 0.0
 
 
 def test_the_layers_incremental_potential_is_its_own_gradient(fin):

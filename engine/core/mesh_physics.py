@@ -1,5 +1,6 @@
 """A triangle mesh's own physics, written once: its edges, the membrane's edge springs, quadratic
-bending, penalty contact and Coulomb friction, each as a term that returns its energy, gradient and Hessian.
+bending and penalty contact, each as a term that returns its energy, gradient and Hessian (Coulomb
+friction, the same for meshes and lattices: `core/friction.py`).
 The reference simulator's cloth (`reference/cloth.py`), the learned engine's full-space sheet
 solve (`learned/sheet_layer.py`), its subspace (`learned/subspace.py`) and the evaluation call
 these; a test holds the reference's and the sheet solve's sums of them equal.
@@ -123,16 +124,3 @@ def penalty_contact(x, point, normal, mass):
     grad = -(k * depth)[:, None] * normal
     hess = (k * (depth > 0))[:, None, None] * normal[:, :, None] * normal[:, None, :]
     return 0.5 * float(np.sum(k * depth ** 2)), grad, hess, depth
-
-
-def coulomb_velocity(v, normal, depth, mu, h):
-    """Velocities [P,3] after Coulomb friction at penalty contacts over a substep h: each contact's
-    tangential speed is reduced by mu times the speed its normal force gives over the substep
-    (mu * FLOOR_OMEGA2 * depth * h), down to rest, never reversed."""
-    if mu <= 0:
-        return v
-    tangential = v - np.einsum("pi,pi->p", v, normal)[:, None] * normal
-    speed = np.linalg.norm(tangential, axis=1)
-    loss = mu * FLOOR_OMEGA2 * depth * h
-    keep = np.where(speed > loss, 1.0 - loss / np.maximum(speed, 1e-300), 0.0)
-    return v - (1.0 - keep)[:, None] * tangential
