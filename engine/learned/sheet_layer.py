@@ -275,6 +275,7 @@ class SheetLayer:
             np.add.at(grad, idx, g)
         return energy, grad
 
+
 def _row_dot(p, q) -> np.ndarray:
     """[E] the dot product of each row of p and q [E,3], a column at a time."""
     out = p[:, 0] * q[:, 0]
