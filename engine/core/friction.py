@@ -135,8 +135,6 @@ def coordinate_stiffness(contacts: FrictionContacts, x, x_prev, h: float) -> np.
     """[A,3] each contact's friction curvature at points x [P,3] (start of step x_prev), as the
     diagonal a preconditioner solved one coordinate at a time takes: the majorizer's
     mu lambda f1(|u|)/|u| (`slide_terms`) on the tangent plane, (1 - n_c^2) of it in coordinate c."""
-    i, n = contacts.index, contacts.normal
-    slide = x[i] - x_prev[i] - contacts.surface_slide
-    u = slide - np.einsum("ai,ai->a", slide, n)[:, None] * n
-    _, f1_over_y, _ = smoothed_slide(np.linalg.norm(u, axis=1), FRICTION_SLIP_SPEED * h)
-    return (contacts.weight * f1_over_y)[:, None] * (1.0 - n ** 2)
+    i = contacts.index
+    _, _, H = slide_terms(x[i] - x_prev[i] - contacts.surface_slide, contacts.normal, contacts.weight, h, majorize=True)
+    return np.einsum("aii->ai", H)

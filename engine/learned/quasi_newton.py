@@ -34,6 +34,24 @@ def as_columns(x) -> np.ndarray:
     return np.asfortranarray(x, dtype=np.float64)
 
 
+def coordinate_solves(diagonals, factor):
+    """A first inverse Hessian solved one coordinate at a time, for systems whose contacts add a
+    diagonal of their own to each coordinate: `factor(d)` is the `PrefactoredSolve` of the system
+    with the diagonal d [N] added (d may be all zero), for each column of `diagonals` [N,3];
+    coordinates with the same diagonal share a factor (the floor's x and y). The solve takes and
+    gives [N,3] column-major."""
+    factors = {}
+    for c in range(3):
+        key = diagonals[:, c].tobytes()
+        if key not in factors:
+            factors[key] = factor(diagonals[:, c])
+    solves = [factors[diagonals[:, c].tobytes()] for c in range(3)]
+
+    def solve(r):
+        return as_columns(np.stack([f.solve_column(r[:, c]) for c, f in enumerate(solves)], axis=1))
+    return solve
+
+
 def flat(x) -> np.ndarray:
     """A vector of the iterations as one column of 3N numbers (a view for column-major x)."""
     return x.ravel(order="F")

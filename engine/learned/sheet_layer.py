@@ -49,7 +49,7 @@ from ..core.mesh_physics import EdgeSprings, bending_matrix, penalty_contact
 from ..core.physics import pin_stiffness
 from ..core.setup import SHEET_LAYER_CHOICES
 from ..core.self_contact import LayerFriction, SheetSelfContact, self_contact_penalty
-from .quasi_newton import LAYER_MEMORY, PrefactoredSolve, as_columns, quasi_newton
+from .quasi_newton import LAYER_MEMORY, PrefactoredSolve, as_columns, coordinate_solves, quasi_newton
 
 LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (fewer lose the flag's first fall: experiments/sheet_layer_designs.py)
 
@@ -161,16 +161,7 @@ class SheetLayer:
         k = np.zeros((len(self.mass), 3))
         np.add.at(k, friction.index, coordinate_stiffness(friction, start, x_n, h))
         A = self._factor_matrix(h)
-        factors = {}
-        for c in range(3):
-            key = k[:, c].tobytes()
-            if key not in factors:
-                factors[key] = PrefactoredSolve(A + sp.diags(k[:, c])) if k[:, c].any() else rest
-        solves = [factors[k[:, c].tobytes()] for c in range(3)]
-
-        def solve(r):
-            return as_columns(np.stack([f.solve_column(r[:, c]) for c, f in enumerate(solves)], axis=1))
-        return solve
+        return coordinate_solves(k, lambda d: PrefactoredSolve(A + sp.diags(d)) if d.any() else rest)
 
     def incremental_potential(self, frame, x_n, v_n, h, folds=None, layers=None, friction=None):
         """E(x) -> (energy, gradient [N,3]) of the substep from (x_n, v_n) (module docstring), with
@@ -237,7 +228,6 @@ class SheetLayer:
                 energy, grad = energy + e_layers, grad + g_layers
             if friction is not None:
                 e_friction, g_friction, _ = coulomb_terms(friction, x, x_n, h, need_hess=False)
-                grad = np.array(grad, order="F")
                 np.add.at(grad, friction.index, g_friction)
                 energy += e_friction
             return energy, grad

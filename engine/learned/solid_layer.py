@@ -45,7 +45,7 @@ from ..core.mesh_physics import penalty_contact
 from ..core.fields import total_accel, vertex_normals
 from ..core.physics import FLOOR_OMEGA2, carried_vertex_masses, pin_stiffness
 from ..core.colliders import contact_planes
-from .quasi_newton import LAYER_MEMORY, PrefactoredSolve, as_columns, quasi_newton
+from .quasi_newton import LAYER_MEMORY, PrefactoredSolve, as_columns, coordinate_solves, quasi_newton
 from .subspace import build_lattice, held_nodes, held_points, trilinear_gradients
 
 # L-BFGS iterations per substep: at 20 a thrown jelly ball stopped short, held back by friction in
@@ -152,17 +152,7 @@ class SolidLayer:
         if friction is not None:
             np.add.at(k, friction.index, coordinate_stiffness(friction, surface_guess, surface_n, h))
         A = self._system(h)
-        factors = {}              # coordinates with the same springs share a factor (the floor's x and y)
-        for c in range(3):
-            key = k[:, c].tobytes()
-            if key not in factors:
-                factors[key] = PrefactoredSolve(A + self.WT @ sp.diags(k[:, c]) @ self.W if k[:, c].any() else A).lu
-        solves = [factors[k[:, c].tobytes()] for c in range(3)]
-
-        def solve(r):
-            r = np.asarray(r, dtype=np.float32)
-            return as_columns(np.stack([f.solve(np.ascontiguousarray(r[:, c])) for c, f in enumerate(solves)], axis=1))
-        return solve
+        return coordinate_solves(k, lambda d: PrefactoredSolve(A + self.WT @ sp.diags(d) @ self.W if d.any() else A))
 
     # ----- the step
 
