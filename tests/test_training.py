@@ -4,6 +4,8 @@ the loss went down on its data, replay a sequence through `neurok simulate`, and
 """
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -33,6 +35,23 @@ def data(tmp_path_factory):
     splits = [e["split"] for e in load_index(folder)]
     assert splits.count("train") >= 2, splits
     return folder
+
+
+@pytest.fixture(scope="module")
+def cloth_data(tmp_path_factory):
+    """Two short falling-sheet sequences (`generate --kind cloth`), made once for the module; a test
+    that changes them works on its own copy (`copy_of`)."""
+    folder = tmp_path_factory.mktemp("cloth")
+    generate(folder, 2, seed=5, frames=8, quiet=True, kind="cloth")
+    return folder
+
+
+def copy_of(folder, to):
+    """`folder` copied to `to`, with its index pointing at the copies."""
+    shutil.copytree(folder, to)
+    for e in load_index(to):
+        assert str(e["path"]).startswith(str(to)), e["path"]
+    return to
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +198,7 @@ def test_a_data_folder_keeps_one_lattice_and_says_so_in_one_line(data):
     assert sorted(p.name for p in data.iterdir()) == before
 
 
-def test_a_free_sheet_teaches_every_rollout_and_the_dissipation_closure(tmp_path):
+def test_a_free_sheet_teaches_every_rollout_and_the_dissipation_closure(cloth_data):
     """Cloth data (`generate --kind cloth`) trains the dissipation closure: each rollout from an
     encoded true state converges and its gradient is finite and reaches the closure. Before,
     eigh's gradient at a free sheet's repeated eigenvalues made every cloth rollout's gradient
@@ -187,12 +206,11 @@ def test_a_free_sheet_teaches_every_rollout_and_the_dissipation_closure(tmp_path
     leaves the solids' damping as it was."""
     from engine.learned.model import ModelConfig
     from engine.training.train import trainable_parameters
-    generate(tmp_path, 2, seed=5, frames=8, quiet=True, kind="cloth")
-    assert {e["kind"] for e in load_index(tmp_path)} == {"cloth"}
+    assert {e["kind"] for e in load_index(cloth_data)} == {"cloth"}
     model = NeurokModel(ModelConfig())
     params = trainable_parameters(model, closures=("dissipation",))
     assert params == [model.energy.dissipation.weight]          # the density's correction is held
-    items = load_items(model, tmp_path, ("train", "validation"))
+    items = load_items(model, cloth_data, ("train", "validation"))
     assert items
     for item in items:
         for t0 in (1, 4):
@@ -213,7 +231,7 @@ def test_a_free_sheet_teaches_every_rollout_and_the_dissipation_closure(tmp_path
     assert float(energy.damping_scales(own, learned_material=True)[0]) == 1.0
 
 
-def test_the_compression_closure_softens_only_compressed_cloth_and_learns_from_sheets(tmp_path):
+def test_the_compression_closure_softens_only_compressed_cloth_and_learns_from_sheets(cloth_data):
     """`--closures compression` trains one number per kind of material: the share of the membrane
     stiffness a compressed cloth edge keeps. A stretched edge (a hanging sheet) costs what it did;
     a compressed one costs that share; sheet data reaches the cloth entry only; a learned material
@@ -237,10 +255,9 @@ def test_the_compression_closure_softens_only_compressed_cloth_and_learns_from_s
     assert after[1] == pytest.approx(float(share) * before[1], rel=1e-12)
     assert energy.compression_share(cloth, learned_material=True) is None
 
-    generate(tmp_path, 2, seed=5, frames=8, quiet=True, kind="cloth")
     model = NeurokModel(ModelConfig())
     assert trainable_parameters(model, closures=("compression",)) == [model.energy.compression.weight]
-    item = load_items(model, tmp_path, ("train", "validation"))[0]
+    item = load_items(model, cloth_data, ("train", "validation"))[0]
     loss = rollout_loss(item, 3, t0=1, noise=0.0)
     assert loss is not None
     loss.backward()
@@ -249,21 +266,19 @@ def test_the_compression_closure_softens_only_compressed_cloth_and_learns_from_s
     assert float(grad[1:].abs().max()) == 0.0                          # the solids' entries are not a sheet's
 
 
-def test_a_run_on_cloth_alone_keeps_the_solids_data_range(trained, tmp_path):
+def test_a_run_on_cloth_alone_keeps_the_solids_data_range(trained, cloth_data, tmp_path):
     """A checkpoint learns its closures from cloth data alone (as the bundled one did), starting
     from one trained on solids: solids are still scored against the range they were trained on
     (the out-of-distribution indicator), not left without one."""
     out, _, _ = trained
     solid_range = load_checkpoint(out)[1]["omega2_range"]["solid"]
-    cloth = tmp_path / "cloth"
-    generate(cloth, 2, seed=5, frames=8, quiet=True, kind="cloth")
     again = tmp_path / "cloth.ckpt"
-    train(cloth, again, init=out, steps=1, seed=SEED, quiet=True, closures=("compression",))
+    train(cloth_data, again, init=out, steps=1, seed=SEED, quiet=True, closures=("compression",))
     ranges = load_checkpoint(again)[1]["omega2_range"]
     assert ranges["solid"] == solid_range and "cloth" in ranges
 
 
-def test_data_may_name_a_material_the_initial_checkpoint_learned(tmp_path, monkeypatch, capsys):
+def test_data_may_name_a_material_the_initial_checkpoint_learned(cloth_data, tmp_path, monkeypatch, capsys):
     """Issue 44: scenes that name a learned preset (as a scene made for the add-on's `blender_cloth`
     does) train from a checkpoint that carries it, both the material alone and the closures;
     before, the data was read without the checkpoint's learned presets and the run stopped with
@@ -273,8 +288,7 @@ def test_data_may_name_a_material_the_initial_checkpoint_learned(tmp_path, monke
     from engine.learned.checkpoint import default_model_path
     monkeypatch.setattr(scene, "LEARNED_PRESETS", {})     # as a fresh `neurok train` process starts
     monkeypatch.setattr(scene, "_preset_loaders", [])
-    data = tmp_path / "named"
-    generate(data, 2, seed=5, frames=8, quiet=True, kind="cloth")
+    data = copy_of(cloth_data, tmp_path / "named")
     for e in load_index(data):
         seq = read_sequence(e["path"])
         seq.material = dict(seq.material, preset="blender_cloth")
