@@ -121,3 +121,26 @@ def test_point_triangle_and_edge_edge_distances_match_a_dense_search():
         assert np.linalg.norm(w[k] @ np.stack([p[k], a[k], b[k], c[k]])) == pytest.approx(d[k])
     parallel = edge_edge(np.zeros((1, 3)), np.array([[1.0, 0, 0]]), np.array([[0.5, 0.2, 0]]), np.array([[2.0, 0.2, 0]]))[0]
     assert parallel[0] == pytest.approx(0.2)
+
+
+def test_the_pair_search_finds_every_pair_of_balls_within_reach_blockwise_or_by_a_tree(monkeypatch):
+    """`near_balls`, which finds the contact's candidate pairs: measured all at once (in blocks of rows)
+    and through a search tree it gives the same pairs, and they are exactly those a loop over every pair
+    finds, between two sets and within one (i < j), with balls of very different sizes (a moving body's)."""
+    from engine.reference import lattice_contact
+    rng = np.random.default_rng(3)
+    a, b = rng.random((90, 3)), rng.random((70, 3))
+    ra, rb = 0.05 * rng.random(90) ** 4, 0.05 * rng.random(70) ** 4
+    ra[0] = 0.4                                        # one node moving far
+    gap = np.linalg.norm(a[:, None] - b[None], axis=2) - ra[:, None] - rb[None]
+    between = {tuple(p) for p in np.argwhere(gap < 0.02)}
+    gap = np.linalg.norm(a[:, None] - a[None], axis=2) - ra[:, None] - ra[None]
+    within = {(i, j) for i, j in np.argwhere(gap < 0.02) if i < j}
+    assert between and within
+    monkeypatch.setattr(lattice_contact, "DENSE_BLOCK", 1000)           # several blocks
+    for dense in (lattice_contact.DENSE_PAIRS, 0):
+        monkeypatch.setattr(lattice_contact, "DENSE_PAIRS", dense)
+        found = lattice_contact.near_balls(a, ra, b, rb, 0.02)
+        assert len(found) == len(between) and {tuple(p) for p in found} == between
+        found = lattice_contact.near_balls(a, ra, None, None, 0.02)
+        assert len(found) == len(within) and {tuple(p) for p in found} == within

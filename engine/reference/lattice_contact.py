@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 from scipy.spatial import cKDTree
+from scipy.spatial.distance import cdist
 
 from ..core.closest_points import edge_edge, pair_distance, point_triangle  # noqa: F401 (tests)
 from ..core.self_contact import in_sorted
@@ -40,6 +41,8 @@ D_HAT = 0.25            # contact band, in half-cell sizes
 EXCLUDE = 0.9           # pairs nearer than this many half-cell sizes at rest are never checked
 KEEP = 0.5              # a step closes at most this share of a pair's gap (or of d_hat)
 CHUNK = 200_000         # pairs measured at a time, so that a cancel is seen within a fraction of a second
+DENSE_PAIRS = 4_000_000  # up to this many pairs of primitives are measured all at once (`near_balls`)
+DENSE_BLOCK = 500_000   # ... this many at a time
 
 
 def barrier(d, d_hat, kappa):
@@ -55,6 +58,38 @@ def barrier(d, d_hat, kappa):
     e = np.where(below, e + de * (d - d0) + 0.5 * dde * (d - d0) ** 2, e)
     de = np.where(below, de + dde * (d - d0), de)
     return e, de, dde
+
+
+def near_balls(a, ra, b, rb, radius):
+    """Pairs [K,2] (i, j) of balls (centres a [n,3], radii ra [n]) and (b, rb) whose gap
+    |a_i - b_j| - ra_i - rb_j is less than `radius`; with b None, the pairs i < j within a.
+    Where a moving body's balls are wide, a search tree's query (whose one radius is the widest
+    ball's) returns nearly every pair, so up to DENSE_PAIRS pairs are measured all at once,
+    row by row in blocks; past that a tree is searched."""
+    same = b is None
+    b, rb = (a, ra) if same else (b, rb)
+    if len(a) * len(b) > DENSE_PAIRS:
+        return _near_balls_tree(a, ra, b, rb, radius, same)
+    out, rows = [], max(1, DENSE_BLOCK // max(len(b), 1))
+    for start in range(0, len(a), rows):
+        block = slice(start, start + rows)
+        near = cdist(a[block], b) - ra[block, None] - rb[None, :] < radius
+        if same:
+            near &= np.arange(start, start + near.shape[0])[:, None] < np.arange(len(b))[None, :]
+        i, j = np.nonzero(near)
+        out.append(np.stack([i + start, j], axis=1))
+    return np.concatenate(out) if out else np.zeros((0, 2), dtype=np.intp)
+
+
+def _near_balls_tree(a, ra, b, rb, radius, same):
+    """`near_balls` by a search tree over the centres, with the widest balls' reach."""
+    if same:
+        pairs = cKDTree(a).query_pairs(radius + 2 * ra.max(), output_type="ndarray").reshape(-1, 2)
+        gap = np.linalg.norm(a[pairs[:, 0]] - a[pairs[:, 1]], axis=1)
+        return pairs[gap - ra[pairs[:, 0]] - ra[pairs[:, 1]] < radius]
+    found = cKDTree(a).sparse_distance_matrix(cKDTree(b), radius + ra.max() + rb.max(), output_type="ndarray")
+    pairs = np.stack([found["i"], found["j"]], axis=1)
+    return pairs[found["v"] - ra[found["i"]] - rb[found["j"]] < radius]
 
 
 def boundary_triangles(lattice):
@@ -133,24 +168,18 @@ class LatticeSelfContact:
     def _search(self, y, radius, motion=None):
         """Point-triangle pairs [K,2] (point, triangle) and edge-edge pairs [L,2] that may be
         nearer than `radius` in y, or (with `motion` [n], how far each node may move relative to
-        the others) may come nearer than `radius` along the move."""
+        the others) may come nearer than `radius` along the move: each primitive is a ball about
+        its centre (its size and its nodes' motion), and two balls nearer than `radius` pair."""
         if motion is None:
             motion = np.zeros(len(y))
         tri_x = y[self.tris]
         centre = tri_x.mean(axis=1)
         size = np.linalg.norm(tri_x - centre[:, None], axis=2).max(axis=1) + motion[self.tris].max(axis=1)
-        point_size = motion[self.points]
-        pt = cKDTree(y[self.points]).sparse_distance_matrix(cKDTree(centre), radius + size.max() + point_size.max(),
-                                                            output_type="ndarray")
-        pt_pairs = np.stack([pt["i"], pt["j"]], axis=1)
-        pt_pairs = pt_pairs[pt["v"] - size[pt["j"]] - point_size[pt["i"]] < radius]
+        pt = near_balls(y[self.points], motion[self.points], centre, size, radius)
         ends = y[self.edges]
         mid = ends.mean(axis=1)
         size = 0.5 * np.linalg.norm(ends[:, 0] - ends[:, 1], axis=1) + motion[self.edges].max(axis=1)
-        ee = cKDTree(mid).query_pairs(radius + 2 * size.max(), output_type="ndarray").reshape(-1, 2)
-        gap = np.linalg.norm(mid[ee[:, 0]] - mid[ee[:, 1]], axis=1)
-        ee = ee[gap - size[ee[:, 0]] - size[ee[:, 1]] < radius]
-        return pt_pairs, ee
+        return pt, near_balls(mid, size, None, None, radius)
 
     def _pair_nodes(self, pt, ee):
         nodes = np.concatenate([np.concatenate([self.points[pt[:, 0]][:, None], self.tris[pt[:, 1]]], axis=1),
