@@ -123,24 +123,24 @@ def test_point_triangle_and_edge_edge_distances_match_a_dense_search():
     assert parallel[0] == pytest.approx(0.2)
 
 
-def test_the_pair_search_finds_every_pair_of_balls_within_reach_blockwise_or_by_a_tree(monkeypatch):
-    """`near_balls`, which finds the contact's candidate pairs: measured all at once (in blocks of rows)
-    and through a search tree it gives the same pairs, and they are exactly those a loop over every pair
-    finds, between two sets and within one (i < j), with balls of very different sizes (a moving body's)."""
+def test_the_pair_search_finds_every_pair_of_balls_within_reach():
+    """`near_balls`, which finds the contact's candidate pairs: exactly the pairs a loop over every pair
+    finds, between two sets and within one (i < j), with balls of very different sizes (a moving body's
+    few fast nodes), whether the wide balls are measured directly, all are (in several blocks), or a
+    search tree finds them all."""
     from engine.reference import lattice_contact
     rng = np.random.default_rng(3)
     a, b = rng.random((90, 3)), rng.random((70, 3))
     ra, rb = 0.05 * rng.random(90) ** 4, 0.05 * rng.random(70) ** 4
-    ra[0] = 0.4                                        # one node moving far
+    ra[0], rb[5] = 0.4, 0.3                               # nodes moving far
     gap = np.linalg.norm(a[:, None] - b[None], axis=2) - ra[:, None] - rb[None]
-    between = {tuple(p) for p in np.argwhere(gap < 0.02)}
+    between = np.argwhere(gap < 0.02)
     gap = np.linalg.norm(a[:, None] - a[None], axis=2) - ra[:, None] - ra[None]
-    within = {(i, j) for i, j in np.argwhere(gap < 0.02) if i < j}
-    assert between and within
-    monkeypatch.setattr(lattice_contact, "DENSE_BLOCK", 1000)           # several blocks
-    for dense in (lattice_contact.DENSE_PAIRS, 0):
-        monkeypatch.setattr(lattice_contact, "DENSE_PAIRS", dense)
-        found = lattice_contact.near_balls(a, ra, b, rb, 0.02)
-        assert len(found) == len(between) and {tuple(p) for p in found} == between
-        found = lattice_contact.near_balls(a, ra, None, None, 0.02)
-        assert len(found) == len(within) and {tuple(p) for p in found} == within
+    within = np.array([(i, j) for i, j in np.argwhere(gap < 0.02) if i < j])
+    assert len(between) and len(within)
+    for wide, block in ((lattice_contact.WIDE, lattice_contact.DENSE_BLOCK), (0.0, 1000), (1e9, 1000)):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(lattice_contact, "WIDE", wide)
+            mp.setattr(lattice_contact, "DENSE_BLOCK", block)
+            np.testing.assert_array_equal(lattice_contact.near_balls(a, ra, b, rb, 0.02), between)
+            np.testing.assert_array_equal(lattice_contact.near_balls(a, ra, None, None, 0.02), within)

@@ -41,8 +41,8 @@ D_HAT = 0.25            # contact band, in half-cell sizes
 EXCLUDE = 0.9           # pairs nearer than this many half-cell sizes at rest are never checked
 KEEP = 0.5              # a step closes at most this share of a pair's gap (or of d_hat)
 CHUNK = 200_000         # pairs measured at a time, so that a cancel is seen within a fraction of a second
-DENSE_PAIRS = 4_000_000  # up to this many pairs of primitives are measured all at once (`near_balls`)
-DENSE_BLOCK = 500_000   # ... this many at a time
+WIDE = 3.0              # balls wider than this many times the median are paired directly (`near_balls`)
+DENSE_BLOCK = 500_000   # pairs measured at a time there
 
 
 def barrier(d, d_hat, kappa):
@@ -62,34 +62,56 @@ def barrier(d, d_hat, kappa):
 
 def near_balls(a, ra, b, rb, radius):
     """Pairs [K,2] (i, j) of balls (centres a [n,3], radii ra [n]) and (b, rb) whose gap
-    |a_i - b_j| - ra_i - rb_j is less than `radius`; with b None, the pairs i < j within a.
-    Where a moving body's balls are wide, a search tree's query (whose one radius is the widest
-    ball's) returns nearly every pair, so up to DENSE_PAIRS pairs are measured all at once,
-    row by row in blocks; past that a tree is searched."""
+    |a_i - b_j| - ra_i - rb_j is less than `radius`, in (i, j) order; with b None, the pairs
+    i < j within a. A search tree's query has one radius, which its widest balls set, and a
+    moving body's few wide balls (its fastest nodes, a stretched face) made it return nearly
+    every pair; so the balls wider than WIDE times the median are measured against all others
+    directly, and the tree searches the rest with their own widest radius."""
     same = b is None
     b, rb = (a, ra) if same else (b, rb)
-    if len(a) * len(b) > DENSE_PAIRS:
-        return _near_balls_tree(a, ra, b, rb, radius, same)
-    out, rows = [], max(1, DENSE_BLOCK // max(len(b), 1))
-    for start in range(0, len(a), rows):
-        block = slice(start, start + rows)
-        near = cdist(a[block], b) - ra[block, None] - rb[None, :] < radius
-        if same:
-            near &= np.arange(start, start + near.shape[0])[:, None] < np.arange(len(b))[None, :]
-        i, j = np.nonzero(near)
-        out.append(np.stack([i + start, j], axis=1))
-    return np.concatenate(out) if out else np.zeros((0, 2), dtype=np.intp)
-
-
-def _near_balls_tree(a, ra, b, rb, radius, same):
-    """`near_balls` by a search tree over the centres, with the widest balls' reach."""
+    wide_a, wide_b = _wide(ra), _wide(rb)
+    narrow_a, narrow_b = np.flatnonzero(~wide_a), np.flatnonzero(~wide_b)
+    parts = [_near_tree(a, ra, b, rb, radius, narrow_a, narrow_b, same)]
+    for rows, cols in ((np.flatnonzero(wide_a), np.arange(len(b))), (narrow_a, np.flatnonzero(wide_b))):
+        if len(rows) and len(cols):
+            parts.append(_near_dense(a, ra, b, rb, radius, rows, cols))
+    pairs = np.concatenate(parts)
     if same:
-        pairs = cKDTree(a).query_pairs(radius + 2 * ra.max(), output_type="ndarray").reshape(-1, 2)
-        gap = np.linalg.norm(a[pairs[:, 0]] - a[pairs[:, 1]], axis=1)
-        return pairs[gap - ra[pairs[:, 0]] - ra[pairs[:, 1]] < radius]
-    found = cKDTree(a).sparse_distance_matrix(cKDTree(b), radius + ra.max() + rb.max(), output_type="ndarray")
-    pairs = np.stack([found["i"], found["j"]], axis=1)
-    return pairs[found["v"] - ra[found["i"]] - rb[found["j"]] < radius]
+        pairs = np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1)
+    key = np.unique(pairs[:, 0].astype(np.int64) * len(b) + pairs[:, 1])
+    return np.stack([key // len(b), key % len(b)], axis=1).astype(np.intp)
+
+
+def _wide(r):
+    """Which balls are wider than WIDE times the median (and than nothing)."""
+    return r > WIDE * float(np.median(r)) if len(r) else np.zeros(0, dtype=bool)
+
+
+def _near_tree(a, ra, b, rb, radius, rows, cols, same):
+    """`near_balls` among a[rows] and b[cols], by a search tree (indices into a and b)."""
+    if not len(rows) or not len(cols):
+        return np.zeros((0, 2), dtype=np.intp)
+    ar, bc = a[rows], b[cols]
+    if same:
+        found = cKDTree(ar).query_pairs(radius + 2 * ra[rows].max(), output_type="ndarray").reshape(-1, 2)
+        pairs = rows[found]
+    else:
+        found = cKDTree(ar).sparse_distance_matrix(cKDTree(bc), radius + ra[rows].max() + rb[cols].max(),
+                                                   output_type="ndarray")
+        pairs = np.stack([rows[found["i"]], cols[found["j"]]], axis=1)
+    gap = np.linalg.norm(a[pairs[:, 0]] - b[pairs[:, 1]], axis=1)
+    return pairs[gap - ra[pairs[:, 0]] - rb[pairs[:, 1]] < radius]
+
+
+def _near_dense(a, ra, b, rb, radius, rows, cols):
+    """`near_balls` between a[rows] and b[cols], every pair measured (in blocks of DENSE_BLOCK)."""
+    out, step = [], max(1, DENSE_BLOCK // len(cols))
+    for k in range(0, len(rows), step):
+        r = rows[k:k + step]
+        near = cdist(a[r], b[cols]) - ra[r, None] - rb[None, cols] < radius
+        i, j = np.nonzero(near)
+        out.append(np.stack([r[i], cols[j]], axis=1))
+    return np.concatenate(out)
 
 
 def boundary_triangles(lattice):
