@@ -83,7 +83,7 @@ def near_balls(a, ra, b, rb, radius):
 
 
 def _wide(r):
-    """Which balls are wider than WIDE times the median (and than nothing)."""
+    """Which balls are wider than WIDE times the median ball."""
     return r > WIDE * float(np.median(r)) if len(r) else np.zeros(0, dtype=bool)
 
 
