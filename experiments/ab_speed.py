@@ -1,13 +1,14 @@
 """The bench's learned-engine frame against another commit's, run alternately in one process.
 
-    OMP_NUM_THREADS=1 .venv/bin/python experiments/ab_speed.py --base COMMIT [--scene sphere|cloth] [--rounds 6]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/ab_speed.py --base COMMIT [--scene sphere|cloth|contact] [--rounds 6]
 
 On a shared machine one bench run can be 30 % off the next; alternating the two engines in one
 process puts both under the same load. The base commit is checked out into a temporary git
 worktree whose engine/ is imported under another package name (the engine imports itself
 relatively, so both copies load side by side). Each round runs `bench.bench_neurok` once per
 engine on the bench's 10k scene (`--scene sphere`: the pinned, pushed rubber sphere; `cloth`: the
-sheet in a gust), 24 frames; prints the best and the median ms per frame of each.
+sheet in a gust; `contact`: the sphere thrown along a floor with friction), 24 frames; prints the
+best and the median ms per frame of each.
 """
 from __future__ import annotations
 
@@ -40,15 +41,19 @@ def prepared(package: str, scene: str, vertices: int, frames: int):
     checkpoint = importlib.import_module(package + ".learned.checkpoint")
     engine = runtime.NeurokEngine(checkpoint.default_model_path())
     bench.bench_neurok(engine, bench.bench_setup(bench.bench_mesh(200), 3))        # first-call costs
-    setup = bench.bench_setup(bench.bench_mesh(vertices), frames) if scene == "sphere" else \
-        bench.bench_setup(bench.bench_sheet(vertices), frames, bench.CLOTH_SCENE)
+    if scene == "sphere":
+        setup = bench.bench_setup(bench.bench_mesh(vertices), frames)
+    elif scene == "contact":
+        setup = bench.contact_setup(bench.bench_mesh(vertices), frames)
+    else:
+        setup = bench.bench_setup(bench.bench_sheet(vertices), frames, bench.CLOTH_SCENE)
     return bench, engine, setup
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--base", required=True, help="the commit to compare against")
-    p.add_argument("--scene", choices=("sphere", "cloth"), default="sphere")
+    p.add_argument("--scene", choices=("sphere", "cloth", "contact"), default="sphere")
     p.add_argument("--vertices", type=int, default=10_000)
     p.add_argument("--frames", type=int, default=24)
     p.add_argument("--rounds", type=int, default=6)

@@ -28,7 +28,7 @@ from engine.learned.latent_scene import LatentScene
 from engine.learned.strain_energy import DTYPE
 from engine.learned.model import NeurokModel
 from engine.learned.runtime import NeurokEngine, NeurokRun
-from engine.learned.terms import elastic, elastic_energy, friction
+from engine.learned.terms import elastic, elastic_energy, floor_contact, friction
 from engine.training.shapes import make_sample, make_shape
 
 G = 9.81
@@ -191,6 +191,31 @@ def test_step_gradient_is_the_gradient_of_the_incremental_potential(model, famil
     ctx = replace(ctx, exact_hessian=False)   # what Newton falls back to where the exact one is not positive definite
     assert float(torch.linalg.eigvalsh(total(q.detach(), ctx).hess).min()) > 0.0
     assert (ctx.damping.blocks is not None) == (per_sample or family == "sheet")
+
+
+def test_the_floor_is_felt_the_same_by_a_scene_that_has_felt_it_before(model):
+    """A scene keeps the vertices it last found below the floor (`LatentScene._vertices_of_nodes`):
+    a step from another start, or with other nodes below the floor, feels the floor as a fresh
+    scene would (energy, gradient and Hessian exactly), and the Hessian is the penalty's
+    k (V_z^T V_z) over the vertices below the floor."""
+    mesh = shape("box", 1)
+    setup = make_setup(mesh, frames=4, floor={"z": float(mesh.vertices[:, 2].min()) + 0.05 * diagonal(mesh)})
+    used = latent_scene(model, setup)
+    rng = np.random.default_rng(2)
+    starts = [torch.as_tensor(rng.normal(0, 0.002, used.dims), dtype=DTYPE) for _ in range(2)]
+    deep = starts[1] - 0.02 * used.f_gravity / float(torch.linalg.norm(used.f_gravity))   # pressed into the floor
+    steps = [StepContext.build(used, 1, q_n, torch.zeros_like(q_n), 1.0 / 48) for q_n in starts]
+    # the same nodes below the floor from two starts in turn, then other nodes
+    for ctx, q in ((steps[0], deep), (steps[1], deep), (steps[0], deep), (steps[1], starts[1])):
+        fresh = latent_scene(model, setup)
+        felt = [floor_contact(q, c) for c in (ctx, StepContext.build(fresh, 1, ctx.q_n, ctx.qd_n, 1.0 / 48))]
+        assert felt[0] is not None and float(felt[0].energy) > 0.0
+        assert float(felt[0].energy) == float(felt[1].energy)
+        assert torch.equal(felt[0].grad, felt[1].grad) and torch.equal(felt[0].hess, felt[1].hess)
+        V, at_q_n, mass = fresh.floor_points(q, ctx.q_n, fresh.node_heights(ctx.q_n))
+        below = ((at_q_n[:, 2] + V[:, 2, :] @ (q - ctx.q_n)) < fresh.floor).to(DTYPE)
+        H = V[:, 2, :].T @ ((mass * fresh.floor_k * below)[:, None] * V[:, 2, :])
+        np.testing.assert_allclose(felt[0].hess.numpy(), H.numpy(), rtol=1e-12, atol=1e-12 * float(H.abs().max()))
 
 
 def test_a_sheet_decodes_by_blending_its_handles_as_its_basis_says(engine):

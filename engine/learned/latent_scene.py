@@ -379,6 +379,7 @@ class LatentScene:
         self._W_columns = sub.W.tocsc()
         self._vertex_rest = _t(sub.rest, self.device)
         self._vertex_mass_t = _t(self.vertex_mass, self.device)
+        self._floor_rows = self._floor_at = None    # the last nodes below the floor, their vertices (`_vertices_of_nodes`)
 
     def node_heights(self, q):
         return self._node_z + self._node_Vz @ q
@@ -396,9 +397,25 @@ class LatentScene:
         low = near[z < self.floor].cpu().numpy()
         if not len(low):
             return None
-        rows = torch.as_tensor(np.unique(self._W_columns[:, low].indices), device=self.device)
-        basis = self.V[rows]
-        return basis, self._vertex_rest[rows] + torch.einsum("kid,d->ki", basis, q_n), self._vertex_mass_t[rows]
+        return self._vertices_of_nodes(low, q_n)
+
+    def _vertices_of_nodes(self, nodes, q_n):
+        """(basis [C,3,d], positions at q_n [C,3], masses [C]) of the vertices the nodes carry.
+        The last answer is kept: a step's Newton iterations mostly find the same nodes below the
+        floor from the same q_n, and gathering their vertices' rows of the basis was half a
+        10k-vertex solid's frame in contact. (Positions from a q_n that carries a gradient, in
+        training, are made anew.)"""
+        key = nodes.tobytes()
+        if self._floor_rows is None or self._floor_rows[0] != key:
+            rows = torch.as_tensor(np.unique(self._W_columns[:, nodes].indices), device=self.device)
+            self._floor_rows = (key, self.V[rows], self._vertex_rest[rows], self._vertex_mass_t[rows])
+            self._floor_at = None
+        _, basis, rest, mass = self._floor_rows
+        if q_n.requires_grad:
+            return basis, rest + torch.einsum("kid,d->ki", basis, q_n), mass
+        if self._floor_at is None or self._floor_at[0] is not q_n:
+            self._floor_at = (q_n, rest + torch.einsum("kid,d->ki", basis, q_n))
+        return basis, self._floor_at[1], mass
 
     def forcing(self, frame):
         """Generalised gravity + painted accelerations applied from `frame` to `frame + 1`."""
