@@ -193,11 +193,12 @@ def test_step_gradient_is_the_gradient_of_the_incremental_potential(model, famil
     assert (ctx.damping.blocks is not None) == (per_sample or family == "sheet")
 
 
-def test_the_floor_is_felt_the_same_by_a_scene_that_has_felt_it_before(model):
-    """A scene keeps the vertices it last found below the floor (`LatentScene._vertices_of_nodes`):
-    a step from another start, or with other nodes below the floor, feels the floor as a fresh
-    scene would (energy, gradient and Hessian exactly), and the Hessian is the penalty's
-    k (V_z^T V_z) over the vertices below the floor."""
+def test_the_floor_is_felt_at_every_vertex_below_it_by_a_scene_that_has_felt_it_before(model):
+    """The floor's penalty (`terms.floor_contact`) over the vertices a scene finds that may touch
+    it (`LatentScene.floor_vertices`, which keeps the last set it found) is the law over every
+    vertex of the mesh: 1/2 sum_v k_v min(z_v - floor, 0)^2 with k_v = m_v FLOOR_OMEGA2, its
+    gradient, and its Hessian sum k_v V_z,v^T V_z,v over the vertices below. A scene that found
+    other vertices before feels it exactly as a fresh one does."""
     mesh = shape("box", 1)
     setup = make_setup(mesh, frames=4, floor={"z": float(mesh.vertices[:, 2].min()) + 0.05 * diagonal(mesh)})
     used = latent_scene(model, setup)
@@ -205,17 +206,19 @@ def test_the_floor_is_felt_the_same_by_a_scene_that_has_felt_it_before(model):
     starts = [torch.as_tensor(rng.normal(0, 0.002, used.dims), dtype=DTYPE) for _ in range(2)]
     deep = starts[1] - 0.02 * used.f_gravity / float(torch.linalg.norm(used.f_gravity))   # pressed into the floor
     steps = [StepContext.build(used, 1, q_n, torch.zeros_like(q_n), 1.0 / 48) for q_n in starts]
-    # the same nodes below the floor from two starts in turn, then other nodes
-    for ctx, q in ((steps[0], deep), (steps[1], deep), (steps[0], deep), (steps[1], starts[1])):
+    Vz = used.V[:, 2, :]
+    k = used._vertex_mass_t * used.floor_k
+    for ctx, q in ((steps[0], deep), (steps[1], starts[1]), (steps[1], deep), (steps[0], starts[0])):
         fresh = latent_scene(model, setup)
         felt = [floor_contact(q, c) for c in (ctx, StepContext.build(fresh, 1, ctx.q_n, ctx.qd_n, 1.0 / 48))]
-        assert felt[0] is not None and float(felt[0].energy) > 0.0
         assert float(felt[0].energy) == float(felt[1].energy)
         assert torch.equal(felt[0].grad, felt[1].grad) and torch.equal(felt[0].hess, felt[1].hess)
-        V, at_q_n, mass = fresh.floor_points(q, ctx.q_n, fresh.node_heights(ctx.q_n))
-        below = ((at_q_n[:, 2] + V[:, 2, :] @ (q - ctx.q_n)) < fresh.floor).to(DTYPE)
-        H = V[:, 2, :].T @ ((mass * fresh.floor_k * below)[:, None] * V[:, 2, :])
-        np.testing.assert_allclose(felt[0].hess.numpy(), H.numpy(), rtol=1e-12, atol=1e-12 * float(H.abs().max()))
+        pen = torch.clamp(used._vertex_rest[:, 2] + Vz @ q - used.floor, max=0.0)
+        assert int((pen < 0).sum()) > 0
+        assert float(felt[0].energy) == pytest.approx(float(0.5 * torch.dot(k * pen, pen)), rel=1e-12)
+        grad, H = Vz.T @ (k * pen), Vz.T @ ((k * (pen < 0))[:, None] * Vz)
+        np.testing.assert_allclose(felt[0].grad.numpy(), grad.numpy(), rtol=1e-10, atol=1e-12 * float(grad.abs().max()))
+        np.testing.assert_allclose(felt[0].hess.numpy(), H.numpy(), rtol=1e-10, atol=1e-12 * float(H.abs().max()))
 
 
 def test_a_sheet_decodes_by_blending_its_handles_as_its_basis_says(engine):

@@ -123,7 +123,7 @@ class StepContext:
     pin_b: torch.Tensor          # pin targets at the end of the step, reduced
     damping: Damping             # Rayleigh D = alpha I + beta K(q_n)
     contact_prev: torch.Tensor   # contact sample positions at q_n
-    node_heights: torch.Tensor | None = None   # the nodes' heights at q_n (floor contact: `LatentScene.floor_points`)
+    node_heights: torch.Tensor | None = None   # the nodes' heights at q_n (floor contact: `LatentScene.floor_vertices`)
     exact_hessian: bool = True   # the exact elastic Hessian (Newton goes on in a copy with it off where
                                  # that leaves its matrix indefinite: `factorize`)
     frame: int = 0               # the step runs from `frame` to `frame + 1` (colliders: latent_world_forces.py)
@@ -207,7 +207,8 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
         if size < tolerance:
             return Solved(q, True, ctx)
         trial, alpha = q + step, 1.0
-        t_trial = total(trial, ctx, need_hess=False)          # the full step is usually taken
+        slowing = size > 0.5 * previous                       # the chord steps stopped converging fast:
+        t_trial = total(trial, ctx, need_hess=slowing)        # the full step (usually taken) refreshes the factor
         e_trial = _finite(t_trial.energy)
         while e_trial > energy - 1e-4 * alpha * decrement and alpha > 1e-6:
             alpha *= 0.5
@@ -222,12 +223,9 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
         q, energy = trial, e_trial
         if alpha * size < tolerance:
             return Solved(q, True, ctx)
-        refresh = alpha < 1.0 or size > 0.5 * previous       # chord steps that stopped converging fast
+        refresh = alpha < 1.0 or slowing
         previous = alpha * size
-        if refresh or t_trial is None:
-            t = total(q, ctx, need_hess=refresh)
-        else:
-            t = t_trial
+        t = t_trial if t_trial is not None else total(q, ctx, need_hess=refresh)
         if refresh:
             (L, ctx), fresh = factorize(ctx, q, t.hess), True
         else:

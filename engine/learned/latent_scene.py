@@ -376,19 +376,23 @@ class LatentScene:
         self._node_z = _t(sub.nodes[:, 2], self.device)
         self._node_Vz = self.U[:, 2, :].contiguous()
         self._node_reach = torch.linalg.norm(self._node_Vz, dim=1)   # |dz_node| <= reach * |dq|
-        self._W_columns = sub.W.tocsc()
+        by_node = sub.W.tocsc()
+        self._node_vertices_at, self._node_vertices = by_node.indptr, by_node.indices      # each node's vertices
+        self._vertex_nodes, self._vertex_node_weights = _padded_rows(sub.W.tocsr())  # each vertex's nodes [N,w]
         self._vertex_rest = _t(sub.rest, self.device)
         self._vertex_mass_t = _t(self.vertex_mass, self.device)
-        self._floor_rows = self._floor_at = None    # the last nodes below the floor, their vertices (`_vertices_of_nodes`)
+        self._floor_vertices = None     # the last nodes below the floor and their `FloorVertices`
 
     def node_heights(self, q):
         return self._node_z + self._node_Vz @ q
 
-    def floor_points(self, q, q_n, z_n):
-        """(basis [C,3,d], positions at q_n [C,3], masses [C]) of the vertices below the floor at
-        q, or None: those of the nodes below it (a vertex lies between its nodes: a lattice
-        cell's for solids, itself for cloth, so none is missed). `z_n`: the node heights at q_n,
-        which with `_node_reach` rule out most nodes without computing their height at q."""
+    def floor_vertices(self, q, q_n, z_n):
+        """The `FloorVertices` that may touch the floor at q, or None: the vertices of the nodes
+        below it (a vertex lies between its nodes: a lattice cell's for solids, itself for cloth,
+        so none is missed). `z_n`: the node heights at q_n, which with `_node_reach` rule out most
+        nodes without computing their height at q. The last set is kept: a step's Newton
+        iterations mostly find the same nodes below the floor, and gathering their vertices'
+        rows of the basis was half a 10k-vertex solid's frame in contact."""
         dq = float(torch.linalg.norm(q.detach() - q_n.detach()))
         near = torch.nonzero(z_n - self._node_reach * dq < self.floor).flatten()
         if not len(near):
@@ -397,25 +401,10 @@ class LatentScene:
         low = near[z < self.floor].cpu().numpy()
         if not len(low):
             return None
-        return self._vertices_of_nodes(low, q_n)
-
-    def _vertices_of_nodes(self, nodes, q_n):
-        """(basis [C,3,d], positions at q_n [C,3], masses [C]) of the vertices the nodes carry.
-        The last answer is kept: a step's Newton iterations mostly find the same nodes below the
-        floor from the same q_n, and gathering their vertices' rows of the basis was half a
-        10k-vertex solid's frame in contact. (Positions from a q_n that carries a gradient, in
-        training, are made anew.)"""
-        key = nodes.tobytes()
-        if self._floor_rows is None or self._floor_rows[0] != key:
-            rows = torch.as_tensor(np.unique(self._W_columns[:, nodes].indices), device=self.device)
-            self._floor_rows = (key, self.V[rows], self._vertex_rest[rows], self._vertex_mass_t[rows])
-            self._floor_at = None
-        _, basis, rest, mass = self._floor_rows
-        if q_n.requires_grad:
-            return basis, rest + torch.einsum("kid,d->ki", basis, q_n), mass
-        if self._floor_at is None or self._floor_at[0] is not q_n:
-            self._floor_at = (q_n, rest + torch.einsum("kid,d->ki", basis, q_n))
-        return basis, self._floor_at[1], mass
+        key = low.tobytes()
+        if self._floor_vertices is None or self._floor_vertices[0] != key:
+            self._floor_vertices = (key, FloorVertices.of(self, low))
+        return self._floor_vertices[1]
 
     def forcing(self, frame):
         """Generalised gravity + painted accelerations applied from `frame` to `frame + 1`."""
@@ -437,3 +426,78 @@ class LatentScene:
     def decode_metres(self, q):
         q = q.detach().cpu().numpy() if isinstance(q, torch.Tensor) else np.asarray(q)
         return self.sub.norm.inverse(self.sub.decode(q))
+
+
+def _padded_rows(W):
+    """([N,w] column indices, [N,w] values) of the rows of a CSR matrix W, each padded to the
+    longest row's w entries with its first column at value zero."""
+    counts = np.diff(W.indptr)
+    width = max(int(counts.max(initial=0)), 1)
+    row = np.repeat(np.arange(W.shape[0]), counts)
+    place = np.arange(W.nnz) - np.repeat(W.indptr[:-1], counts)
+    columns = np.zeros((W.shape[0], width), dtype=np.int64)
+    values = np.zeros((W.shape[0], width))
+    columns[row, place] = W.indices
+    values[row, place] = W.data
+    padding = np.arange(width)[None, :] >= counts[:, None]
+    columns[padding] = np.broadcast_to(columns[:, :1], columns.shape)[padding]
+    return columns, values
+
+
+class FloorVertices:
+    """The vertices a step's floor may touch (`LatentScene.floor_vertices`), each a weighted sum
+    of its nodes: their heights, the pull-back of forces on them and their rows of the basis go
+    through the few nodes they lie between (a sheet's vertex is its own node), not through the
+    vertices' rows of the whole basis."""
+
+    def __init__(self, rows, slots, weights, node_basis, rest, mass, vertex_basis):
+        self.rows = rows                  # [C] vertex indices
+        self.slots = slots                # [C,w] each vertex's nodes, indices into node_basis
+        self.weights = weights            # [C,w] their interpolation weights (zero past a vertex's own)
+        self.node_basis = node_basis      # [c,3,d] those nodes' basis
+        self.node_heights = node_basis[:, 2, :].contiguous()
+        self.rest = rest                  # [C,3] rest positions (normalised)
+        self.mass = mass                  # [C]
+        self._vertex_basis = vertex_basis
+
+    @classmethod
+    def of(cls, scene: LatentScene, low_nodes):
+        """The vertices of the nodes `low_nodes` of `scene` (flags over the vertices and the
+        nodes instead of sorting: this runs whenever a Newton iteration finds another node below
+        the floor)."""
+        device = scene.device
+        starts, ends = scene._node_vertices_at[low_nodes], scene._node_vertices_at[low_nodes + 1]
+        flagged = np.zeros(len(scene._vertex_nodes), dtype=bool)
+        flagged[np.concatenate([scene._node_vertices[a:b] for a, b in zip(starts, ends)])] = True
+        rows = np.flatnonzero(flagged)
+        their_nodes = scene._vertex_nodes[rows]                       # [C,w], the scene's node indices
+        used = np.zeros(len(scene._node_z), dtype=bool)
+        used[their_nodes] = True
+        slots = (np.cumsum(used) - 1)[their_nodes]
+        rows_t = torch.as_tensor(rows, device=device)
+        return cls(rows_t, torch.as_tensor(slots, device=device), _t(scene._vertex_node_weights[rows], device),
+                   scene.U[torch.as_tensor(np.flatnonzero(used), device=device)],
+                   scene._vertex_rest[rows_t], scene._vertex_mass_t[rows_t], scene.V)
+
+    def heights(self, q):
+        """[C] the vertices' heights at q."""
+        return self.rest[:, 2] + torch.sum(self.weights * (self.node_heights @ q)[self.slots], dim=1)
+
+    def positions(self, q):
+        """[C,3] the vertices at q."""
+        y = (self.node_basis.reshape(-1, q.shape[0]) @ q).view(-1, 3)
+        return self.rest + torch.sum(self.weights[:, :, None] * y[self.slots], dim=1)
+
+    def pull_back_heights(self, f):
+        """[d] the generalised force of vertical forces f [C] on the vertices."""
+        on_nodes = torch.zeros(len(self.node_heights), dtype=f.dtype, device=f.device)
+        on_nodes.index_add_(0, self.slots.flatten(), (self.weights * f[:, None]).flatten())
+        return self.node_heights.T @ on_nodes
+
+    def height_rows(self, which):
+        """[S,d] d(height)/dq of the vertices `which` (indices into these)."""
+        return torch.sum(self.weights[which, :, None] * self.node_heights[self.slots[which]], dim=1)
+
+    def basis(self, which):
+        """[S,3,d] the vertex basis of the vertices `which` (indices into these)."""
+        return self._vertex_basis[self.rows[which]]

@@ -87,26 +87,23 @@ def sample_damping(q, ctx: StepContext):
 def floor_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
     """Penalty below the floor at every vertex below it (the reference's law: each as stiff as
     the mass it carries, k = m FLOOR_OMEGA2; its friction is `friction`). The vertices are found
-    at q itself (`LatentScene.floor_points`), so the energy is that of all vertices: a fixed set
+    at q itself (`LatentScene.floor_vertices`), so the energy is that of all vertices: a fixed set
     of samples pressed a round body unevenly (a jelly ball at rest slid 10 cm in 3 s), and a set
     fixed at the step's start let a hard push drive the rest through the floor."""
     s = ctx.scene
     if ctx.node_heights is None:
         return None
-    points = s.floor_points(q, ctx.q_n, ctx.node_heights)
-    if points is None:
+    vertices = s.floor_vertices(q, ctx.q_n, ctx.node_heights)
+    if vertices is None:
         return None
-    V, prev, m = points
-    Vz = V[:, 2, :]
-    z = prev[:, 2] + Vz @ (q - ctx.q_n)
-    pen = torch.clamp(z - s.floor, max=0.0)
-    k = m * s.floor_k
+    pen = torch.clamp(vertices.heights(q) - s.floor, max=0.0)
+    k = vertices.mass * s.floor_k
     H = None
-    if need_hess:       # from the vertices below the floor alone: a tenth of those near it, on a ball at rest
+    if need_hess:
         touching = torch.nonzero(pen < 0).flatten()
-        V_touching = Vz[touching]
-        H = V_touching.T @ (k[touching, None] * V_touching)
-    return Terms(0.5 * torch.dot(k * pen, pen), Vz.T @ (k * pen), H)
+        rows = vertices.height_rows(touching)
+        H = rows.T @ (k[touching, None] * rows)
+    return Terms(0.5 * torch.dot(k * pen, pen), vertices.pull_back_heights(k * pen), H)
 
 
 def collider_contact(q, ctx: StepContext, need_hess=True) -> Terms | None:
@@ -150,20 +147,21 @@ def slip_contacts(scene: LatentScene, frame: int, q_n, contact_prev, node_height
     """The floor's contacts (its vertices below it at q_n) and the colliders' (contact samples in
     their shells at `frame`), each with its normal force at q_n: friction is lagged, as in the
     reference."""
-    found = []
+    found = []          # (the basis of the contacts at these indices, the contacts)
     if node_heights is not None and scene.setup.floor_friction > 0.0:
-        points = scene.floor_points(q_n, q_n, node_heights)
-        if points is not None:
-            V, prev, m = points
-            found.append((V, floor_contacts(scene.floor, scene.setup.floor_friction, prev.detach().cpu().numpy(),
-                                            (m * scene.floor_k).cpu().numpy())))
+        vertices = scene.floor_vertices(q_n, q_n, node_heights)
+        if vertices is not None:
+            found.append((vertices.basis, floor_contacts(scene.floor, scene.setup.floor_friction,
+                                                         vertices.positions(q_n).detach().cpu().numpy(),
+                                                         (vertices.mass * scene.floor_k).cpu().numpy())))
     colliders = [c for c in scene.latent_colliders if c.friction > 0.0]
     if colliders:
         stiffness = np.full(len(contact_prev), scene.contact_mass * scene.collider_k)
         dt = scene.setup.dt
-        found.append((scene.contact_V, collider_contacts(colliders, contact_prev.detach().cpu().numpy(), stiffness,
-                                                         float(frame), lambda c: h * c.velocity(frame, dt))))
-    found = [(V[torch.as_tensor(f.index, device=V.device)], f) for V, f in found if f is not None and len(f.index)]
+        found.append((lambda index: scene.contact_V[index],
+                      collider_contacts(colliders, contact_prev.detach().cpu().numpy(), stiffness,
+                                        float(frame), lambda c: h * c.velocity(frame, dt))))
+    found = [(basis(torch.as_tensor(f.index, device=q_n.device)), f) for basis, f in found if f is not None and len(f.index)]
     if not found:
         return None
     joined = lambda arrays: torch.as_tensor(np.concatenate(arrays), dtype=q_n.dtype, device=q_n.device)
