@@ -187,7 +187,8 @@ def minimize(ctx: StepContext, q, iterations=NEWTON_ITERATIONS, tolerance=TOLERA
 
     Chord iterations: the Cholesky factor of one iteration's matrix serves the next ones
     (gradients are cheap, Hessians are not); it is refreshed after a shortened step, when the
-    steps stop shrinking fast, and before giving up. Converged is False when the step is not
+    steps stop shrinking fast (the full step's evaluation then brings its Hessian along), and
+    before giving up. Converged is False when the step is not
     finite, stalls, or the iteration cap is reached. Where the exact elastic Hessian leaves
     Newton's matrix indefinite, `factorize` hands back the context with it off, and the
     iterations go on in that one."""

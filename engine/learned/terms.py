@@ -161,7 +161,8 @@ def slip_contacts(scene: LatentScene, frame: int, q_n, contact_prev, node_height
         found.append((lambda index: scene.contact_V[index],
                       collider_contacts(colliders, contact_prev.detach().cpu().numpy(), stiffness,
                                         float(frame), lambda c: h * c.velocity(frame, dt))))
-    found = [(basis(torch.as_tensor(f.index, device=q_n.device)), f) for basis, f in found if f is not None and len(f.index)]
+    found = [(basis(torch.as_tensor(f.index, device=q_n.device)), f) for basis, f in found
+             if f is not None and len(f.index)]
     if not found:
         return None
     joined = lambda arrays: torch.as_tensor(np.concatenate(arrays), dtype=q_n.dtype, device=q_n.device)
