@@ -436,7 +436,11 @@ class DataSetPlan:
         stamp = seq.meta.get("stamp", {})
         if not same_draw(stamp, seq, d):
             return None
-        return dict(entry_for(d, seq.rest.shape[0], seq.frames), stamp=stamp["fingerprint"])
+        entry = dict(entry_for(d, seq.rest.shape[0], seq.frames), stamp=stamp["fingerprint"])
+        listed = self.entries.get(d.file, {})
+        if listed.get("stamp") == entry["stamp"] and "seconds" in listed:   # what it took where it was made:
+            entry["seconds"] = listed["seconds"]                          # the kept index stays as it was
+        return entry
 
     def record(self, result, bar=None):
         if "skipped" in result:
