@@ -206,14 +206,14 @@ def test_the_floor_is_felt_at_every_vertex_below_it_by_a_scene_that_has_felt_it_
     starts = [torch.as_tensor(rng.normal(0, 0.002, used.dims), dtype=DTYPE) for _ in range(2)]
     deep = starts[1] - 0.02 * used.f_gravity / float(torch.linalg.norm(used.f_gravity))   # pressed into the floor
     steps = [StepContext.build(used, 1, q_n, torch.zeros_like(q_n), 1.0 / 48) for q_n in starts]
-    Vz = used.V[:, 2, :]
-    k = used._vertex_mass_t * used.floor_k
+    Vz, rest_z = used.V[:, 2, :], torch.as_tensor(used.sub.rest[:, 2], dtype=DTYPE)
+    k = torch.as_tensor(used.vertex_mass, dtype=DTYPE) * used.floor_k
     for ctx, q in ((steps[0], deep), (steps[1], starts[1]), (steps[1], deep), (steps[0], starts[0])):
         fresh = latent_scene(model, setup)
         felt = [floor_contact(q, c) for c in (ctx, StepContext.build(fresh, 1, ctx.q_n, ctx.qd_n, 1.0 / 48))]
         assert float(felt[0].energy) == float(felt[1].energy)
         assert torch.equal(felt[0].grad, felt[1].grad) and torch.equal(felt[0].hess, felt[1].hess)
-        pen = torch.clamp(used._vertex_rest[:, 2] + Vz @ q - used.floor, max=0.0)
+        pen = torch.clamp(rest_z + Vz @ q - used.floor, max=0.0)
         assert int((pen < 0).sum()) > 0
         assert float(felt[0].energy) == pytest.approx(float(0.5 * torch.dot(k * pen, pen)), rel=1e-12)
         grad, H = Vz.T @ (k * pen), Vz.T @ ((k * (pen < 0))[:, None] * Vz)
