@@ -1,4 +1,5 @@
-"""Sparse assembly of per-element blocks into one matrix with a fixed sparsity pattern."""
+"""Sparse assembly of per-element blocks into one matrix with a fixed sparsity pattern, and a sparse
+matrix's rows as equal-width arrays."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,3 +34,21 @@ class SparseAssembler:
     def assemble(self, blocks):
         data = np.bincount(self.slot, weights=blocks.ravel(), minlength=self.nnz)
         return sp.csr_matrix((data, self.indices, self.indptr), shape=(self.n, self.n))
+
+
+def padded_rows(matrix):
+    """A CSR matrix's rows as arrays of equal width w, the longest row's: ([R,w] column indices,
+    [R,w] values, [R,w] which entries are the row's own), each row padded with its first column
+    (0 for an empty row) at value zero."""
+    counts = np.diff(matrix.indptr)
+    width = max(int(counts.max(initial=0)), 1)
+    row = np.repeat(np.arange(matrix.shape[0]), counts)
+    place = np.arange(matrix.nnz) - np.repeat(matrix.indptr[:-1], counts)
+    own = np.zeros((matrix.shape[0], width), dtype=bool)
+    own[row, place] = True
+    columns = np.zeros((matrix.shape[0], width), dtype=np.int64)
+    columns[row, place] = matrix.indices
+    columns[~own] = np.broadcast_to(columns[:, :1], columns.shape)[~own]
+    values = np.zeros((matrix.shape[0], width))
+    values[row, place] = matrix.data
+    return columns, values, own

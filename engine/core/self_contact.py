@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from .assembly import padded_rows
 from .closest_points import pair_distance, pair_distances
 from .friction import slide_terms
 from .geometry import face_edges
@@ -282,14 +283,8 @@ class Patches:
                     for of, c in zip(self.of, self.corners))
         held = (touching @ holds).tocsr()
         held.sort_indices()
-        sizes = np.diff(held.indptr)
-        rows = np.repeat(np.arange(count), sizes)
-        slot = np.arange(held.nnz) - np.repeat(held.indptr[:-1], sizes)
-        self.region = np.repeat(held.indices[held.indptr[:-1]][:, None], sizes.max(), axis=1)
-        self.region[rows, slot] = held.indices
-        self.inside = np.zeros(self.region.shape, bool)
-        self.inside[rows, slot] = True
-        self.weight = self.inside / sizes[:, None]
+        self.region, _, self.inside = padded_rows(held)
+        self.weight = self.inside / self.inside.sum(axis=1)[:, None]
         shape = rest[self.region]
         self.rest_shape = shape - np.matmul(self.weight[:, None, :], shape)
         self._fit = (self.rest_shape * self.weight[..., None]).transpose(0, 2, 1).copy()

@@ -12,6 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..core.assembly import padded_rows
 from ..core.physics import FLOOR_OMEGA2, pin_stiffness
 from ..core.setup import Setup, profile_value
 from . import latent_world_forces
@@ -376,9 +377,10 @@ class LatentScene:
         self._node_z = _t(sub.nodes[:, 2], self.device)
         self._node_Vz = self.U[:, 2, :].contiguous()
         self._node_reach = torch.linalg.norm(self._node_Vz, dim=1)   # |dz_node| <= reach * |dq|
-        by_node = sub.W.tocsc()
-        self._node_vertices_at, self._node_vertices = by_node.indptr, by_node.indices      # each node's vertices
-        self._vertex_nodes, self._vertex_node_weights = _padded_rows(sub.W.tocsr())  # each vertex's nodes [N,w]
+        if self.has_floor:      # for `FloorVertices`: each node's vertices, each vertex's nodes [N,w]
+            by_node = sub.W.tocsc()
+            self._node_vertices_at, self._node_vertices = by_node.indptr, by_node.indices
+            self._vertex_nodes, self._vertex_node_weights, _ = padded_rows(sub.W.tocsr())
         self._vertex_rest = _t(sub.rest, self.device)
         self._vertex_mass_t = _t(self.vertex_mass, self.device)
         self._floor_vertices = None     # the last nodes below the floor and their `FloorVertices`
@@ -426,22 +428,6 @@ class LatentScene:
     def decode_metres(self, q):
         q = q.detach().cpu().numpy() if isinstance(q, torch.Tensor) else np.asarray(q)
         return self.sub.norm.inverse(self.sub.decode(q))
-
-
-def _padded_rows(W):
-    """([N,w] column indices, [N,w] values) of the rows of a CSR matrix W, each padded to the
-    longest row's w entries with its first column at value zero."""
-    counts = np.diff(W.indptr)
-    width = max(int(counts.max(initial=0)), 1)
-    row = np.repeat(np.arange(W.shape[0]), counts)
-    place = np.arange(W.nnz) - np.repeat(W.indptr[:-1], counts)
-    columns = np.zeros((W.shape[0], width), dtype=np.int64)
-    values = np.zeros((W.shape[0], width))
-    columns[row, place] = W.indices
-    values[row, place] = W.data
-    padding = np.arange(width)[None, :] >= counts[:, None]
-    columns[padding] = np.broadcast_to(columns[:, :1], columns.shape)[padding]
-    return columns, values
 
 
 class FloorVertices:

@@ -72,7 +72,10 @@ def near_balls(a, ra, b, rb, radius):
     wide_a, wide_b = _wide(ra), _wide(rb)
     narrow_a, narrow_b = np.flatnonzero(~wide_a), np.flatnonzero(~wide_b)
     parts = [_near_tree(a, ra, b, rb, radius, narrow_a, narrow_b, same)]
-    for rows, cols in ((np.flatnonzero(wide_a), np.arange(len(b))), (narrow_a, np.flatnonzero(wide_b))):
+    blocks = [(np.flatnonzero(wide_a), np.arange(len(b)))]
+    if not same:        # within one set the first block already holds every pair with a wide ball
+        blocks.append((narrow_a, np.flatnonzero(wide_b)))
+    for rows, cols in blocks:
         if len(rows) and len(cols):
             parts.append(_near_dense(a, ra, b, rb, radius, rows, cols))
     pairs = np.concatenate(parts)
