@@ -1,8 +1,9 @@
 """Sheet dynamics side by side: the latent step alone, the full-space layer (L-BFGS) from the
 latent step's prediction as runs take it, the same with fewer iterations, one substep, to
-convergence, from inertia, with the coarse latent level taking turns, and with two other fine
-preconditioners (the rest system turned with each vertex's frame; split along and across the
-sheet), on the flag in wind, the pinned grid and the cloth dropped on a table, against the
+convergence, from inertia, with the coarse latent level taking turns or in the first inverse
+Hessian (`coarse_preconditioned`), with the latent state running its own course ("one-way") or
+following the layer's positions too, and with two other fine preconditioners (the rest system
+turned with each vertex's frame; split along and across the sheet), on the flag in wind, the pinned grid and the cloth dropped on a table, against the
 reference simulator (which it runs first: about 2.5 minutes on one core).
 
     OMP_NUM_THREADS=1 python experiments/sheet_layer_designs.py [--scenes flag_wind grid drape] [--frames 36]
@@ -24,7 +25,9 @@ import numpy as np
 DESIGNS = ("latent alone", "layer (2 x 20)", "layer (2 x 12)", "layer (1 x 30)", "layer converged (2 x 200)",
            "layer from inertia (2 x 20)", "layer + coarse latent level (2 x 20)",
            "split preconditioner from inertia (2 x 20)", "projective dynamics (2 x 30)",
-           "theta method, 3/4 (1 x 20)", "theta method, 3/4 (1 x 30)")
+           "theta method, 3/4 (1 x 20)", "theta method, 3/4 (1 x 30)", "layer (2 x 15)",
+           "layer, one-way (2 x 20)", "layer, one-way (2 x 15)", "layer, position follows too (2 x 20)",
+           "coarse preconditioner (2 x 20)", "deflated coarse preconditioner (2 x 20)")
 
 
 def theta_layer(layer, theta):
@@ -143,6 +146,64 @@ def two_level(coarse, factor):
     return solve
 
 
+def latent_basis(run) -> np.ndarray:
+    """U [3N, d] (metres per latent unit, the layer's column-major order): the layer's move of each
+    latent coordinate (the decode is affine)."""
+    import torch
+    eye = torch.eye(len(run.scene.q0), dtype=run.scene.q0.dtype)
+    return np.stack([np.asarray(run._layer_move(e), np.float64).ravel(order="F") for e in eye], axis=1)
+
+
+def coarse_preconditioned(run, layer, deflated=False):
+    """The latent space as the coarse level of the layer's first inverse Hessian: the rest system's
+    solve plus U C^-1 U^T, C the latent step's Hessian at its solution (projected, scaled from the
+    latent step's units by U^T M U, which is a multiple of the identity). `deflated`: the rest
+    system's own coarse part taken out, A^-1 - U (U^T A U)^-1 U^T + U C^-1 U^T, so that on the
+    coarse space the latent Hessian stands alone (both are positive definite)."""
+    import scipy.sparse as sp
+    from scipy.linalg import cho_factor, cho_solve
+    from engine.learned.integrators import StepContext, total
+    from engine.learned.quasi_newton import as_columns
+    from engine.learned.runtime import RunState
+    U = latent_basis(run)
+    scale = float(np.mean(np.diag(U.T @ (np.tile(layer.mass, 3)[:, None] * U))))
+    rest_precondition, coarse, rest_coarse = layer._precondition, {}, {}
+
+    def precondition(h, friction, x_n, start):
+        base = rest_precondition(h, friction, x_n, start)
+        if deflated and h not in rest_coarse:
+            A = layer._factor_matrix(h)
+            rest_coarse[h] = cho_factor(U.T @ (sp.block_diag([A, A, A]).tocsr() @ U))
+
+        def solve(g):
+            Ug = U.T @ g.ravel(order="F")
+            c = cho_solve(coarse["factor"], Ug) - (cho_solve(rest_coarse[h], Ug) if deflated else 0.0)
+            return base(g) + as_columns((U @ c).reshape(g.shape, order="F"))
+        return solve
+
+    def substep(frame, end, state, h):
+        q, qd, x, v = state.q, state.qd, state.x, state.v
+        q1, _ = run._advance(frame, q, qd, h)
+        ctx = replace(StepContext.build(run.scene, frame, q, qd, h), exact_hessian=False)
+        coarse["factor"] = cho_factor(scale * total(q1, ctx).hess.double().numpy())
+        guess = x + h * v + run._layer_move(q1 - q - h * qd)
+        x1, v1, history = layer.step(frame, end, x, v, h, guess=guess, history=state.history)
+        return RunState(q1, run._held_velocity(v1), x1, v1, history)
+    layer._precondition, run._layer_substep = precondition, substep
+
+
+def position_follows(run):
+    """After each substep the latent position follows the layer's too (its positions projected on
+    the subspace), not only its velocity."""
+    from engine.learned.runtime import RunState
+    scene, ship = run.scene, run._layer_substep
+
+    def substep(frame, end, state, h):
+        s = ship(frame, end, state, h)
+        return RunState(scene.encode(scene.sub.norm.forward(s.x)).to(s.q.dtype), s.qd, s.x, s.v, s.history)
+    run._layer_substep = substep
+
+
 def with_solver(layer, make_solver, guess_too=True):
     """The layer's step with `sheet_layer.quasi_newton` replaced by make_solver(x_n, h)'s."""
     from engine.learned import sheet_layer
@@ -180,6 +241,13 @@ def prepared(model, setup, design):
         solve_at = split_preconditioner(layer, setup.dt / substeps)
         layer.step = with_solver(layer, lambda x_n, h, original: (
             lambda potential, x, precondition, *rest: original(potential, x, solve_at(x), *rest)), guess_too=False)
+    if "one-way" in design:         # the latent state runs its own course, velocity too (before)
+        run.config = replace(run.config, latent_follows=False)
+        run._states = {}
+    if "position follows" in design:
+        position_follows(run)
+    if "coarse preconditioner" in design:
+        coarse_preconditioned(run, layer, deflated=design.startswith("deflated"))
     if "from inertia" in design:
         run._layer_substep = lambda frame, end, state, h: RunState(state.q, state.qd, *layer.step(
             frame, end, state.x, state.v, h, None, state.history))

@@ -85,8 +85,8 @@ def test_auto_follows_the_level_of_detail():
 def test_the_closures_act_on_the_latent_step_alone_not_under_the_layer(engine):
     """The bundled checkpoint's cloth closures make up for the latent step's locking on its own;
     under the layer they bent its prediction away (the hanging grid 1.34x the prior's distance), so
-    there the run is the classical prior's (to float rounding: the checkpoint's other learned
-    outputs are zero), and without the layer it is not."""
+    there the run is the classical prior's (to float rounding, a few micrometres in 4 frames: the
+    checkpoint's other learned outputs are zero), and without the layer it is not (millimetres)."""
     from engine.learned.runtime import NeurokEngine
     from engine.api import default_model_path
     prior = NeurokEngine(default_model_path())
@@ -95,7 +95,7 @@ def test_the_closures_act_on_the_latent_step_alone_not_under_the_layer(engine):
     setup = setup_from_scene(mesh, dict(read_scene(str(ROOT / "assets/scenes/flag_wind.json")), frames=4))
     apart = {layer: float(np.abs(engine.prepare(setup, sheet_layer=layer).bake()
                                  - prior.prepare(setup, sheet_layer=layer).bake()).max()) for layer in ("on", "off")}
-    assert apart["on"] < 1e-6 and apart["off"] > 1e-4, apart
+    assert apart["on"] < 1e-5 and apart["off"] > 1e-3, apart
 
 
 def test_a_frame_computed_again_starts_from_its_accepted_state(engine):
@@ -112,3 +112,23 @@ def test_a_frame_computed_again_starts_from_its_accepted_state(engine):
     assert np.array_equal(again.x, states[4].x) and np.array_equal(again.v, states[4].v)
     retried = run._retry_frame(4, 2)
     assert np.abs(retried - states[4].x).max() < 0.01
+
+
+def test_a_sheet_swinging_on_its_pins_keeps_its_edges_length_as_the_reference_does(engine):
+    """The evaluation's grid, pinned along one edge in a sine wind, 36 frames: its edges stretch
+    0.09 % on average in the reference and, with the layer, as much; when the latent state ran its
+    own course in velocity too, the layer's iterations started each substep from a prediction that
+    carried the latent velocity's drift, and the grid stretched 0.17 % (1.9x the reference's) by
+    the time it swung back (`experiments/sheet_layer_designs.py`, "layer, one-way")."""
+    import tempfile
+    from engine.evaluation.scene_eval import reference_rollout
+    from engine.evaluation.scenes import evaluation_scenes
+    with tempfile.TemporaryDirectory() as folder:
+        (_, _, mesh, scene, _), = evaluation_scenes(["grid"], 36, folder)[0]
+        setup = setup_from_scene(mesh, scene)
+    measures = MeshMeasures(np.asarray(setup.rest), np.asarray(setup.faces))
+    strain = lambda xs: float(np.mean([np.abs(measures.edge_strain(x)).mean() for x in xs[1:]]))
+    reference = strain(reference_rollout(setup))
+    layered = strain(engine.prepare(setup, sheet_layer="on").bake())
+    assert 0.0005 < reference < 0.0015
+    assert layered < 1.4 * reference, (layered, reference)

@@ -101,6 +101,7 @@ class RunConfig:
     sheet_layer: bool    # a sheet's full-space layer corrects each latent step (`sheet_layer.py`)
     layer_proxy: bool    # ... iterating on a coarse proxy of the sheet (`sheet_proxy.py`)
     solid_layer: bool    # a solid's fine level on its lattice corrects each latent step (`solid_layer.py`)
+    latent_follows: bool     # the latent velocity is the layer's, projected (a sheet's layer: `NeurokRun._layer_substep`)
     # the learned closures act (`LatentScene.closures`). They make up for a locked sheet's latent
     # step on its own; under the layer they only bent its prediction away (`neurok prior-vs-trained`:
     # 1.06x the prior's distance, docs/MODEL_CARD.md), so they are off there
@@ -122,7 +123,7 @@ def run_config(setup: Setup, kind: str, integrator: str, sheet_layer: str, solid
     return RunConfig(scheme="theta" if matched_solid else ("backward_euler" if integrator == "matched" else integrator),
                      substeps=substeps_for(setup.dt, SOLID_STEP if matched_solid and not fine else SUBSTEP),
                      sheet_layer=layer, layer_proxy=layer and sheet_layer != "full" and proxy_wanted(setup),
-                     solid_layer=fine, closures=not layer)
+                     solid_layer=fine, latent_follows=layer, closures=not layer)
 
 
 class RunState(NamedTuple):
@@ -217,26 +218,46 @@ class NeurokRun(Run):
         return state
 
     def _layer_substep(self, frame, end, state, h):
-        """A sheet's substep. The latent state runs its own course (the learned dynamics carry the
-        global motion): its move predicts how the part of the sheet the subspace holds moves, and
-        inertia the rest (the sheet's velocity less its projection on the subspace); the
-        full-space layer corrects that prediction. The layer's curvature pairs are part of the
-        state, so a frame the guard computes again starts from the accepted state's. With a proxy,
-        x and v are the proxy's vertices'; a solid's fine level takes the same substep on its
-        lattice's nodes."""
+        """A sheet's substep. The latent step (the learned dynamics carry the global motion)
+        predicts how the part of the sheet the subspace holds moves, and inertia the rest (the
+        sheet's velocity less its projection on the subspace); the full-space layer corrects that
+        prediction. The layer's curvature pairs are part of the state, so a frame the guard
+        computes again starts from the accepted state's. With a proxy, x and v are the proxy's
+        vertices'; a solid's fine level takes the same substep on its lattice's nodes.
+
+        A sheet's latent state follows the full-space one in velocity: after a substep that
+        touched nothing, q' is the layer's velocity projected on the subspace (`_held_velocity`),
+        so the next latent step starts moving as the sheet does and its move beyond inertia is
+        what the learned forces add (when q' ran its own course, its drift from the sheet's
+        velocity joined every prediction, and the hanging grid stretched 1.9x the reference's).
+        Its position runs its own course: a fold projected on the smooth subspace is a stretched
+        latent state (the flag then moved 3x further from the reference). Where the sheet touches
+        the floor or a collider the layer starts from inertia, and the latent step runs on its
+        own, as cheap as it was (following there doubled its cost on the drape: friction's
+        contacts kept sliding). A solid's fine level (experimental) keeps the latent state's own
+        velocity, as it was measured. Figures: docs/DESIGN_NOTES.md, "Sheets"."""
         q, qd, x, v = state.q, state.qd, state.x, state.v
         q1, qd1 = self._advance(frame, q, qd, h)
-        held_velocity = self._encode_layer_velocity(v / self.scene.sub.norm.scale)
+        held_velocity = qd if self.config.latent_follows else self._held_velocity(v)
         # decode is affine: the latent move less the held part of inertia, decoded once
         guess = x + h * v + self._layer_move(q1 - q - h * held_velocity)
         x1, v1, history = self.layer.step(frame, end, x, v, h, guess=guess, history=state.history)
+        if self.config.latent_follows and not self.layer.touching:
+            qd1 = self._held_velocity(v1)
         return RunState(q1, qd1, x1, v1, history)
+
+    def _held_velocity(self, v):
+        """The latent velocity of the layer's velocities v (metres per second): their projection on
+        the subspace."""
+        return self._encode_layer_velocity(v / self.scene.sub.norm.scale).to(self.scene.q0.dtype)
 
     def _initial_state(self):
         if self.config.solid_layer:     # the lattice's nodes where the latent state puts them
             x, v = self.layer.rest + self._layer_move(self.scene.q0), self._layer_move(self.scene.qd0)
         elif self.layer is not None:
             x, v = np.asarray(self.layer.setup.x0, np.float64), np.asarray(self.layer.setup.v0, np.float64)
+            if self.config.latent_follows:
+                return RunState(self.scene.q0, self._held_velocity(v), x, v, ())
         else:
             x, v = None, None
         return RunState(self.scene.q0, self.scene.qd0, x, v, ())

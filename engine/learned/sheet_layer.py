@@ -101,6 +101,7 @@ class SheetLayer:
                              if setup.self_collision else None)
         self._factors = {}     # per substep length
         self._planes = []
+        self.touching = False  # whether the last substep touched the floor or a collider (it then started from inertia)
 
     def _diagonal(self, h):
         return self.mass / h ** 2 + self.air * self.mass / h + self.pin_k
@@ -134,7 +135,8 @@ class SheetLayer:
         start = inertial if guess is None else np.array(guess, dtype=np.float64)
         reach = 2.0 * max(float(np.abs(start - x_n).max()), h * float(np.abs(v_n).max())) + 1e-3
         self._planes = self.contact_planes(start, reach, end)
-        if self.contacts(inertial):
+        self.touching = self.contacts(inertial)
+        if self.touching:
             start = inertial
         # the folds' pairs: searched once a substep, over the motion to the iterations' start
         folds = self.self_contact.pairs(x_n, start) if self.self_contact is not None else None
