@@ -1,6 +1,6 @@
 """How far a sheet's rollout moves when its start moves by a micrometre: the reference simulator
-against itself, and the learned engine (its default run) against the reference, on the flag in
-wind, the pinned grid and the cloth dropped on a table (`make eval-small`'s sheets).
+against itself, and the learned engine (its default run, and with the latent state running its own
+course as before the two-way coupling: "one-way") against the reference, on the flag in wind, the pinned grid and the cloth dropped on a table (`make eval-small`'s sheets).
 
 Each start adds independent noise of `--noise` metres (1 um) to every coordinate of the scene's
 first frame. A flat sheet is at the edge of buckling (which way it first folds is a rounding
@@ -61,16 +61,20 @@ def main(argv=None) -> int:
     for name, _, mesh, scene, _ in cases:
         setup = setup_from_scene(mesh, scene)
         ref = reference_rollout(setup)
-        spread = {"reference": [], "model": []}
+        spread = {"reference": [], "model": [], "model, one-way": []}
         for seed in range(1, args.starts + 1):
             xs = reference_rollout(perturbed(setup, args.noise, seed))
             spread["reference"].append(hold_still_multiple(xs, ref))
             print(f"{name} | reference, start {seed}: {sheet_summary(xs, ref, setup, name)}", flush=True)
         for seed in range(args.starts + 1):
-            xs = np.asarray(engine.prepare(perturbed(setup, args.noise, seed)).bake())
-            spread["model"].append(hold_still_multiple(xs, ref))
-            label = "as is" if seed == 0 else f"start {seed}"
-            print(f"{name} | model, {label}: {sheet_summary(xs, ref, setup, name)}", flush=True)
+            for who in ("model", "model, one-way"):
+                run = engine.prepare(perturbed(setup, args.noise, seed))
+                if who.endswith("one-way"):
+                    run.config = replace(run.config, latent_follows=False)
+                xs = np.asarray(run.bake())
+                spread[who].append(hold_still_multiple(xs, ref))
+                label = "as is" if seed == 0 else f"start {seed}"
+                print(f"{name} | {who}, {label}: {sheet_summary(xs, ref, setup, name)}", flush=True)
         for who, values in spread.items():
             print(f"{name} | {who}: {np.mean(values):.3f}x hold-still on average "
                   f"({min(values):.3f}-{max(values):.3f}) over {len(values)} starts", flush=True)

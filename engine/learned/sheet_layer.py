@@ -4,8 +4,9 @@ A smooth linear subspace locks a sheet: it cannot hinge at its pinned edge, crea
 a table's edge without stretching (docs/DESIGN_NOTES.md, "Sheets"). So a sheet takes two moves
 per substep:
 
-1. the latent step (the learned Lagrangian dynamics in q) predicts how what the subspace holds
-   moves; inertia predicts the rest (`runtime.NeurokRun._layer_substep`). While the sheet touches
+1. the latent step (the learned Lagrangian dynamics in q, its velocity the layer's own projected
+   on the subspace) predicts how what the subspace holds moves; inertia predicts the rest
+   (`runtime.NeurokRun._layer_substep`). While the sheet touches
    the floor or a collider the iterations start from inertia alone (the latent step feels
    contact at a few hundred samples of a smooth subspace and pulled a tablecloth towards a tent);
 2. quasi-Newton iterations on the mesh itself, started at that prediction, minimise the sheet's
