@@ -243,7 +243,6 @@ def prepared(model, setup, design):
             lambda potential, x, precondition, *rest: original(potential, x, solve_at(x), *rest)), guess_too=False)
     if "one-way" in design:         # the latent state runs its own course, velocity too (before)
         run.config = replace(run.config, latent_follows=False)
-        run._states = {}
     if "position follows" in design:
         position_follows(run)
     if "coarse preconditioner" in design:

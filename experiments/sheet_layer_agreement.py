@@ -1,0 +1,131 @@
+"""Where the sheet layer and the reference simulator part, on the evaluation's pinned sheets.
+
+1. *The laws.* The layer's incremental potential against the reference's, term by term as the
+   reference writes them (`ReferenceSimulator._step`: inertia, springs and bending, external
+   forces, pins, Rayleigh damping; no contact), at a trial state near a substep's inertia: the
+   largest gradient difference over the largest inertial force, with the layer's own pins (they
+   carry the whole sheet's mass) and with the reference's.
+2. *Convergence.* One substep from the reference's own state at a frame: the reference's Newton
+   answer against the layer's L-BFGS (from inertia, the reference's pins) after 20, 200 and 2,000
+   iterations: the energy above the reference's answer and the positions' distance (RMS, mm).
+3. *The substep count.* A frame time written to six digits (0.041667 s, as the bundled flag_wind
+   scene has it) makes the reference take 3 substeps a frame where the learned run takes 2: the
+   reference at both, and the learned engine against each (`--frames` frames).
+
+    OMP_NUM_THREADS=1 python experiments/sheet_layer_agreement.py [--scenes grid flag_wind] [--frame 1] [--frames 36]
+
+About 6 minutes on one core.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+from dataclasses import replace
+
+import numpy as np
+
+
+def reference_terms(sim, frame, y_n, v_n, y):
+    """The reference's incremental-potential gradient at y, as `ReferenceSimulator._step` sums it
+    (no contact), [N,3]."""
+    import scipy.sparse as sp
+    h, mat = sim.h, sim.setup.material
+    pin_b, pin_c = sim.pins.linear_terms(frame + 1)
+    K_n = sim.elastic.energy_grad_hess(y_n)[2]
+    D = mat.air_damping * sp.diags(sim.M3) + mat.damping * K_n
+    yf = y.ravel()
+    grad = (sim.M3 / h ** 2 * (yf - (y_n + h * v_n).ravel()) + sim.elastic.energy_grad_hess(y, False)[1]
+            - sim._external_forces(frame) + sim.pins.energy_grad(yf, pin_b, pin_c)[1] + D @ (yf - y_n.ravel()) / h)
+    return grad.reshape(-1, 3)
+
+
+def advanced(sim, frames):
+    """The reference simulator after `frames` frames."""
+    for _ in range(frames):
+        sim.step_frame()
+    return sim
+
+
+def laws(setup, frame):
+    from engine.evaluation.scene_eval import REFERENCE_SETTINGS
+    from engine.learned.quasi_newton import as_columns
+    from engine.learned.sheet_layer import SheetLayer
+    from engine.reference.simulator import ReferenceSimulator
+    sim = advanced(ReferenceSimulator(setup, **REFERENCE_SETTINGS), frame)
+    y_n, v_n, h = sim.y.copy(), sim.v.copy(), sim.h
+    y = y_n + h * v_n + 1e-3 * np.random.default_rng(0).standard_normal(y_n.shape)
+    expected = reference_terms(sim, frame, y_n, v_n, y)
+    inertial = np.abs(sim.M3 / h ** 2 * (y - y_n - h * v_n).ravel()).max()
+    out = {}
+    for pins in ("the layer's own pins", "the reference's pins"):
+        layer = SheetLayer(setup)
+        if pins.startswith("the reference"):
+            layer.pin_k = sim.pins.k.copy()
+        potential = layer.incremental_potential(frame, y_n, v_n, h)
+        out[pins] = float(np.abs(np.asarray(potential(as_columns(y))[1]) - expected).max() / inertial)
+    return out, sim
+
+
+def convergence(setup, frame, sim, iterations=(20, 200, 2000)):
+    from engine.learned.quasi_newton import as_columns, quasi_newton
+    from engine.learned.sheet_layer import SheetLayer
+    y_n, v_n, h = sim.y.copy(), sim.v.copy(), sim.h
+    sim._step(frame, end=1.0 / sim.substeps)
+    answer = sim.y.copy()
+    layer = SheetLayer(setup)
+    layer.pin_k = sim.pins.k.copy()
+    layer._planes = []
+    potential = layer.incremental_potential(frame, y_n, v_n, h)
+    e_answer = potential(as_columns(answer))[0]
+    rows = []
+    for n in iterations:
+        trace = []
+        x = quasi_newton(potential, as_columns(y_n + h * v_n), layer._factor(h).solve, n, layer.memory, [], trace)
+        rms = 1e3 * float(np.sqrt(np.mean(np.sum((np.asarray(x) - answer) ** 2, axis=1))))
+        rows.append((n, trace[-1][0] - e_answer, rms))
+    return rows
+
+
+def hold_still_multiple(xs, ref) -> float:
+    from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
+    diagonal = bbox_diagonal(ref[0])
+    distance = lambda a: float(rel_l2_curve(a, ref, diagonal)[1:].mean())
+    return distance(xs) / distance(np.repeat(ref[:1], len(ref), 0))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenes", nargs="*", default=["grid", "flag_wind"])
+    p.add_argument("--frame", type=int, default=1, help="the frame whose first substep parts 1 and 2 take")
+    p.add_argument("--frames", type=int, default=36, help="frames of part 3 (the flag)")
+    args = p.parse_args(argv)
+    import torch
+    from engine.api import open_engine
+    from engine.core.scene import setup_from_scene
+    from engine.evaluation.scene_eval import REFERENCE_SETTINGS, reference_rollout
+    from engine.evaluation.scenes import evaluation_scenes
+    from engine.reference.simulator import ReferenceSimulator
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as meshes:
+        cases, _ = evaluation_scenes(args.scenes, args.frames, meshes)
+    for name, _, mesh, scene, _ in cases:
+        setup = setup_from_scene(mesh, scene)
+        gaps, sim = laws(setup, args.frame)
+        for pins, gap in gaps.items():
+            print(f"{name} | laws, {pins}: largest gradient difference {gap:.1e} of the largest inertial force", flush=True)
+        for n, energy, rms in convergence(setup, args.frame, sim):
+            print(f"{name} | frame {args.frame}'s first substep, L-BFGS {n} iterations: {energy:.2e} J above the "
+                  f"reference's Newton answer, {rms:.3f} mm RMS from it", flush=True)
+        counts = {dt: ReferenceSimulator(replace(setup, dt=dt), **REFERENCE_SETTINGS).substeps for dt in (setup.dt, 1.0 / 24.0)}
+        if len(set(counts.values())) > 1:
+            refs = {dt: reference_rollout(replace(setup, dt=dt)) for dt in counts}
+            model = np.asarray(open_engine("neurok", device="cpu").prepare(setup).bake())
+            (a, ref_a), (b, ref_b) = refs.items()
+            print(f"{name} | the reference at dt {a} ({counts[a]} substeps a frame) against dt {b} ({counts[b]}): "
+                  f"{hold_still_multiple(ref_b, ref_a):.3f}x hold-still; the model against each: "
+                  f"{hold_still_multiple(model, ref_a):.3f}x, {hold_still_multiple(model, ref_b):.3f}x", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
