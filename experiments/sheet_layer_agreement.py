@@ -19,7 +19,6 @@ About 6 minutes on one core.
 from __future__ import annotations
 
 import argparse
-import tempfile
 from dataclasses import replace
 
 import numpy as np
@@ -86,13 +85,6 @@ def convergence(setup, frame, sim, iterations=(20, 200, 2000)):
     return rows
 
 
-def hold_still_multiple(xs, ref) -> float:
-    from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
-    diagonal = bbox_diagonal(ref[0])
-    distance = lambda a: float(rel_l2_curve(a, ref, diagonal)[1:].mean())
-    return distance(xs) / distance(np.repeat(ref[:1], len(ref), 0))
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", nargs="*", default=["grid", "flag_wind"])
@@ -101,15 +93,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
     from engine.api import open_engine
-    from engine.core.scene import setup_from_scene
-    from engine.evaluation.scene_eval import REFERENCE_SETTINGS, reference_rollout
-    from engine.evaluation.scenes import evaluation_scenes
+    from engine.evaluation.scene_eval import REFERENCE_SETTINGS, distance_and_hold_still, reference_rollout, sheet_setups
     from engine.reference.simulator import ReferenceSimulator
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as meshes:
-        cases, _ = evaluation_scenes(args.scenes, args.frames, meshes)
-    for name, _, mesh, scene, _ in cases:
-        setup = setup_from_scene(mesh, scene)
+    for name, setup in sheet_setups(args.scenes, args.frames):
         gaps, sim = laws(setup, args.frame)
         for pins, gap in gaps.items():
             print(f"{name} | laws, {pins}: largest gradient difference {gap:.1e} of the largest inertial force", flush=True)
@@ -122,8 +109,8 @@ def main(argv=None) -> int:
             model = np.asarray(open_engine("neurok", device="cpu").prepare(setup).bake())
             (a, ref_a), (b, ref_b) = refs.items()
             print(f"{name} | the reference at dt {a} ({counts[a]} substeps a frame) against dt {b} ({counts[b]}): "
-                  f"{hold_still_multiple(ref_b, ref_a):.3f}x hold-still; the model against each: "
-                  f"{hold_still_multiple(model, ref_a):.3f}x, {hold_still_multiple(model, ref_b):.3f}x", flush=True)
+                  f"{distance_and_hold_still(ref_b, ref_a)[1]:.3f}x hold-still; the model against each: "
+                  f"{distance_and_hold_still(model, ref_a)[1]:.3f}x, {distance_and_hold_still(model, ref_b)[1]:.3f}x", flush=True)
     return 0
 
 

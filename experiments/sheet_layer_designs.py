@@ -16,7 +16,6 @@ overhang's tilt from vertical at the last frame (drape), and ms per frame (the b
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from dataclasses import replace
 
@@ -262,17 +261,10 @@ def main(argv=None) -> int:
     import torch
     from engine.api import open_engine
     from engine.core.errors import NeurokError
-    from engine.core.scene import setup_from_scene
-    from engine.evaluation.scene_eval import reference_rollout, sheet_summary as measures
-    from engine.evaluation.scenes import evaluation_scenes
+    from engine.evaluation.scene_eval import reference_rollout, sheet_setups, sheet_summary as measures
     torch.set_num_threads(1)
     model = open_engine("neurok", device="cpu")
-    with tempfile.TemporaryDirectory() as meshes:
-        cases, _ = evaluation_scenes([s for s in args.scenes if s != "drape"], args.frames, meshes)
-        if "drape" in args.scenes:
-            cases += evaluation_scenes(["drape"], 48, meshes)[0]
-    for name, _, mesh, scene, _ in cases:
-        setup = setup_from_scene(mesh, scene)
+    for name, setup in sheet_setups(args.scenes, args.frames):
         ref = reference_rollout(setup)
         for design in args.designs:
             run = prepared(model, setup, design)

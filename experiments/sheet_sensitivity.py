@@ -19,7 +19,6 @@ three starts (the drape's reference takes most of it).
 from __future__ import annotations
 
 import argparse
-import tempfile
 from dataclasses import replace
 
 import numpy as np
@@ -33,13 +32,6 @@ def perturbed(setup, noise, seed):
     return replace(setup, x0=x0 + noise * np.random.default_rng(seed).standard_normal(x0.shape))
 
 
-def hold_still_multiple(xs, ref) -> float:
-    from engine.evaluation.distances import bbox_diagonal, rel_l2_curve
-    diagonal = bbox_diagonal(ref[0])
-    distance = lambda a: float(rel_l2_curve(a, ref, diagonal)[1:].mean())
-    return distance(xs) / distance(np.repeat(ref[:1], len(ref), 0))
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", nargs="*", default=["flag_wind", "grid", "drape"])
@@ -49,22 +41,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
     from engine.api import open_engine
-    from engine.core.scene import setup_from_scene
-    from engine.evaluation.scene_eval import reference_rollout, sheet_summary
-    from engine.evaluation.scenes import evaluation_scenes
+    from engine.evaluation.scene_eval import distance_and_hold_still, reference_rollout, sheet_setups, sheet_summary
     torch.set_num_threads(1)
     engine = open_engine("neurok", device="cpu")
-    with tempfile.TemporaryDirectory() as meshes:
-        cases, _ = evaluation_scenes([s for s in args.scenes if s != "drape"], args.frames, meshes)
-        if "drape" in args.scenes:
-            cases += evaluation_scenes(["drape"], 48, meshes)[0]
-    for name, _, mesh, scene, _ in cases:
-        setup = setup_from_scene(mesh, scene)
+    for name, setup in sheet_setups(args.scenes, args.frames):
         ref = reference_rollout(setup)
         spread = {"reference": [], "model": [], "model, one-way": []}
         for seed in range(1, args.starts + 1):
             xs = reference_rollout(perturbed(setup, args.noise, seed))
-            spread["reference"].append(hold_still_multiple(xs, ref))
+            spread["reference"].append(distance_and_hold_still(xs, ref)[1])
             print(f"{name} | reference, start {seed}: {sheet_summary(xs, ref, setup, name)}", flush=True)
         for seed in range(args.starts + 1):
             for who in ("model", "model, one-way"):
@@ -72,7 +57,7 @@ def main(argv=None) -> int:
                 if who.endswith("one-way"):
                     run.config = replace(run.config, latent_follows=False)
                 xs = np.asarray(run.bake())
-                spread[who].append(hold_still_multiple(xs, ref))
+                spread[who].append(distance_and_hold_still(xs, ref)[1])
                 label = "as is" if seed == 0 else f"start {seed}"
                 print(f"{name} | {who}, {label}: {sheet_summary(xs, ref, setup, name)}", flush=True)
         for who, values in spread.items():

@@ -168,19 +168,37 @@ def far_edge(reference) -> np.ndarray | None:
     return np.argsort(distance)[-max(1, len(distance) // 20):]
 
 
+def sheet_setups(names, frames, drape_frames=48):
+    """[(name, Setup)] of the evaluation's scenes `names` at `frames` frames, the drape at
+    `drape_frames` (the evaluation's: the cloth lands and settles), their meshes made in a
+    temporary folder (the experiments' sheets)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as meshes:
+        cases, _ = evaluation_scenes([n for n in names if n != "drape"], frames, meshes)
+        if "drape" in names:
+            cases += evaluation_scenes(["drape"], drape_frames, meshes)[0]
+        return [(name, setup_from_scene(mesh, scene)) for name, _, mesh, scene, _ in cases]
+
+
+def distance_and_hold_still(xs, ref) -> tuple[float, float]:
+    """A rollout's distance to the reference `ref` (rel_l2 over frames 1..), and that distance as a
+    multiple of a mesh's that holds the reference's first frame."""
+    diagonal = bbox_diagonal(ref[0])
+    distance = lambda a: float(rel_l2_curve(a, ref, diagonal)[1:].mean())
+    d = distance(xs)
+    return d, d / distance(np.repeat(ref[:1], len(ref), 0))
+
+
 def sheet_summary(xs, ref, setup, name) -> str:
     """One line of what a viewer judges a sheet's rollout `xs` by against the reference's `ref`:
     distance over the rollout (and over holding still), mean edge strain, flipped triangles, the
     far edge's fall by frame 4 (pinned sheets), the overhang's tilt at the end ("drape")."""
     from ..core.measures import MeshMeasures
-    diagonal = bbox_diagonal(ref[0])
-    distance = lambda a: float(rel_l2_curve(a, ref, diagonal)[1:].mean())
-    hold = distance(np.repeat(ref[:1], len(ref), 0))
     mm = MeshMeasures(np.asarray(setup.rest), np.asarray(setup.faces))
     strain = lambda a: 100 * float(np.mean([np.abs(mm.edge_strain(x)).mean() for x in a[1:]]))
     flipped = lambda a: 100 * float(np.mean([mm.flipped_share(x) for x in a[1:]]))
-    d = distance(xs)
-    out = f"{d:.4f} ({d / hold:.3f}x hold-still) | strain {strain(xs):.2f} % (ref {strain(ref):.2f}) | flipped {flipped(xs):.0f} % (ref {flipped(ref):.0f})"
+    d, multiple = distance_and_hold_still(xs, ref)
+    out = f"{d:.4f} ({multiple:.3f}x hold-still) | strain {strain(xs):.2f} % (ref {strain(ref):.2f}) | flipped {flipped(xs):.0f} % (ref {flipped(ref):.0f})"
     shape = _fall_and_tilt({"model": xs, "reference": ref}, setup, name)
     if "far_edge_fall_4" in shape:
         fall = {k: 1000 * v for k, v in shape["far_edge_fall_4"].items()}
