@@ -199,7 +199,7 @@ def position_follows(run):
 
     def substep(frame, end, state, h):
         s = ship(frame, end, state, h)
-        return RunState(scene.encode(scene.sub.norm.forward(s.x)).to(s.q.dtype), s.qd, s.x, s.v, s.history)
+        return RunState(scene.encode(scene.sub.norm.forward(s.x)), s.qd, s.x, s.v, s.history)
     run._layer_substep = substep
 
 

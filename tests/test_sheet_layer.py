@@ -120,12 +120,8 @@ def test_a_sheet_swinging_on_its_pins_keeps_its_edges_length_as_the_reference_do
     own course in velocity too, the layer's iterations started each substep from a prediction that
     carried the latent velocity's drift, and the grid stretched 0.17 % (1.9x the reference's) by
     the time it swung back (`experiments/sheet_layer_designs.py`, "layer, one-way")."""
-    import tempfile
-    from engine.evaluation.scene_eval import reference_rollout
-    from engine.evaluation.scenes import evaluation_scenes
-    with tempfile.TemporaryDirectory() as folder:
-        (_, _, mesh, scene, _), = evaluation_scenes(["grid"], 36, folder)[0]
-        setup = setup_from_scene(mesh, scene)
+    from engine.evaluation.scene_eval import reference_rollout, sheet_setups
+    (_, setup), = sheet_setups(["grid"], 36)
     measures = MeshMeasures(np.asarray(setup.rest), np.asarray(setup.faces))
     strain = lambda xs: float(np.mean([np.abs(measures.edge_strain(x)).mean() for x in xs[1:]]))
     reference = strain(reference_rollout(setup))

@@ -249,18 +249,17 @@ class NeurokRun(Run):
     def _held_velocity(self, v):
         """The latent velocity of the layer's velocities v (metres per second): their projection on
         the subspace."""
-        return self._encode_layer_velocity(v / self.scene.sub.norm.scale).to(self.scene.q0.dtype)
+        return self._encode_layer_velocity(v / self.scene.sub.norm.scale)
 
     def _initial_state(self):
         if self.config.solid_layer:     # the lattice's nodes where the latent state puts them
             x, v = self.layer.rest + self._layer_move(self.scene.q0), self._layer_move(self.scene.qd0)
         elif self.layer is not None:
             x, v = np.asarray(self.layer.setup.x0, np.float64), np.asarray(self.layer.setup.v0, np.float64)
-            if self.config.latent_follows:
-                return RunState(self.scene.q0, self._held_velocity(v), x, v, ())
         else:
             x, v = None, None
-        return RunState(self.scene.q0, self.scene.qd0, x, v, ())
+        qd = self._held_velocity(v) if self.config.latent_follows else self.scene.qd0
+        return RunState(self.scene.q0, qd, x, v, ())
 
     def states(self):
         """The `RunState` per frame, frame 0 first."""
