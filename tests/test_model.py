@@ -590,9 +590,34 @@ def test_the_run_time_damps_as_the_training_data_does():
 
 
 def test_substeps_per_frame_ignore_the_rounding_of_the_frame_time():
-    from engine.learned.runtime import substeps_for
-    assert substeps_for(1.0 / 24.0) == 2 and substeps_for(0.041667) == 2     # a frame time written to 6 digits
-    assert substeps_for(1.0 / 12.0) == 4 and substeps_for(0.05) == 3 and substeps_for(1.0 / 96.0) == 1
+    from engine.core.physics import substeps_per_frame
+    from engine.learned.runtime import SUBSTEP
+    assert substeps_per_frame(1.0 / 24.0, SUBSTEP) == 2 and substeps_per_frame(0.041667, SUBSTEP) == 2  # 6 digits
+    assert substeps_per_frame(1.0 / 12.0, SUBSTEP) == 4 and substeps_per_frame(0.05, SUBSTEP) == 3
+    assert substeps_per_frame(1.0 / 96.0, SUBSTEP) == 1
+
+
+def test_the_reference_steps_a_frame_as_the_learned_engine_does():
+    """The bundled scenes write 24 fps as 0.041667 s: the reference takes the two steps of 1/48 s a
+    frame the learned engine takes (it took three, and the flag's ground truth moved 0.17x hold-still
+    with the count), and a kept answer's stamp records the step taken, so answers made at three went
+    stale while those of whole-step frame times kept their stamps."""
+    from pathlib import Path
+    from engine.core.scene import read_scene
+    from engine.evaluation.physics_cache import kept_stamp, scene_job
+    from engine.learned.runtime import SUBSTEP, run_config
+    from engine.reference.simulator import ReferenceSimulator
+    from engine.training.generate import GENERATOR_SUBSTEP
+    mesh = make_sample("flag")
+    scene = read_scene(str(Path(__file__).resolve().parents[1] / "assets/scenes/flag_wind.json"))
+    assert scene["dt"] == 0.041667
+    setup = setup_from_scene(mesh, dict(scene, frames=2))
+    assert ReferenceSimulator(setup, substep=GENERATOR_SUBSTEP).substeps == 2
+    assert run_config(setup, "cloth", "matched", "auto").substeps == 2 and GENERATOR_SUBSTEP == SUBSTEP
+    stamp = kept_stamp(scene_job("reference", mesh, scene, substep=GENERATOR_SUBSTEP))
+    assert stamp["settings"]["substep"] == 0.041667 / 2
+    whole = kept_stamp(scene_job("reference", mesh, dict(scene, dt=1.0 / 24.0), substep=GENERATOR_SUBSTEP))
+    assert whole["settings"]["substep"] == GENERATOR_SUBSTEP
 
 
 def test_newton_says_when_it_stops_at_its_iteration_cap(model):

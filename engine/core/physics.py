@@ -7,6 +7,8 @@ own weight sags by g / omega^2 ~ 0.01 mm. The floor uses the same 160 Hz spring:
 vertices carry the whole body, so a softer floor (1e5 s^-2 was tried) let a body dropped from a few
 centimetres sink 1-2 % of its size into it, and rest 0.4 % deep.
 """
+import math
+
 import numpy as np
 
 PIN_OMEGA2 = 1.0e6        # s^-2, least pin stiffness per kg at pin strength 1.0
@@ -15,6 +17,14 @@ FLOOR_OMEGA2 = 1.0e6      # s^-2, floor penalty stiffness per kg
 DEFAULT_SELF_DISTANCE = 0.005   # m: a cloth's self-collision thickness by default, Blender's Self Collision Distance
 FLOOR_FRICTION = 0.5      # the floor's Coulomb coefficient when a scene does not set it (engine/core/friction.py)
 SELF_FRICTION = 0.5       # Coulomb coefficient between a cloth's layers by default (woven cotton on itself: 0.5-0.6)
+
+
+def substeps_per_frame(dt: float, longest: float) -> int:
+    """How many equal steps a frame of dt seconds takes when none may be longer than `longest`: dt /
+    longest rounded up, where 1e-3 of a step over a whole number does not add one (a frame time
+    written to six digits, 0.041667 s, is 24 fps: two steps of 1/48 s). Every engine counts its
+    steps by this law, so the reference and the learned engine step a frame alike."""
+    return max(1, int(math.ceil(dt / longest - 1e-3)))
 
 
 def pin_omega2(w0sq: float) -> float:

@@ -23,6 +23,7 @@ import math
 
 import torch
 
+from ..core.physics import substeps_per_frame
 from ..core.scene import setup_from_scene
 
 ENERGY_STEPS = 1000
@@ -132,7 +133,7 @@ def mesh_drift(model, name, integrator, steps=ENERGY_STEPS, amplitude=AMPLITUDE,
 def substep_length() -> float:
     """The runtime's latent step at 24 fps (s)."""
     from ..learned.runtime import SUBSTEP
-    return 1.0 / 24.0 / max(1, int(math.ceil((1.0 / 24.0) / SUBSTEP - 1e-9)))
+    return 1.0 / 24.0 / substeps_per_frame(1.0 / 24.0, SUBSTEP)
 
 
 def energy_drift(model, steps=ENERGY_STEPS, integrators=None, meshes=ENERGY_MESHES, amplitude=AMPLITUDE, seed=0,

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..core.formats import Mesh, atomic_write_bytes, read_sequence
 from ..core.progress import ProgressBar
-from ..core.scene import resolve_material, setup_from_scene, setup_from_sequence
+from ..core.scene import SCENE_DEFAULTS, resolve_material, setup_from_scene, setup_from_sequence
 from ..reference.budget import DEFAULT_BUDGET, GIVING_UP
 from ..reference.simulator import DEFAULT_LATTICE_CELLS, DEFAULT_SUBSTEP
 from ..reference.stamp import digest, mesh_digest, physics_version, run_settings
@@ -312,6 +312,16 @@ def source_digest(job: Job) -> str:
     return digest(mesh_digest(mesh.vertices, mesh.faces), scene)
 
 
+def frame_time(job: Job) -> float | None:
+    """The job's seconds between frames (None for a job on a model)."""
+    if job.source[0] == "sequence":
+        with np.load(job.source[1], allow_pickle=False) as z:
+            return float(z["dt"])
+    if job.source[0] == "scene":
+        return float(job.source[2].get("dt", SCENE_DEFAULTS["dt"]))
+    return None
+
+
 def body_kind(job: Job) -> str:
     """"solid" or "cloth": which of the reference's physics versions decides the job."""
     if job.source[0] == "sequence":
@@ -338,7 +348,7 @@ def kept_stamp(job: Job) -> dict:
     """What makes a kept answer: the reference's physics version and settings, the job and its
     source, and the kind's own code (`KEPT_CODE`)."""
     settings = run_settings(job.options.get("lattice_cells", DEFAULT_LATTICE_CELLS),
-                            job.options.get("substep", DEFAULT_SUBSTEP), DEFAULT_BUDGET)
+                            job.options.get("substep", DEFAULT_SUBSTEP), frame_time(job), DEFAULT_BUDGET)
     stamp = {"kind": job.kind, "physics_version": physics_version(body_kind(job)), "settings": settings,
              "options": {k: v for k, v in job.options.items() if k not in SETTINGS},
              "source": source_digest(job), "code": kept_code_version(job.kind)}

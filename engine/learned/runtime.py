@@ -16,6 +16,7 @@ except ImportError:  # pragma: no cover
     threadpool_limits = None
 
 from ..core.errors import SimulationFault
+from ..core.physics import substeps_per_frame
 from ..core.run import Engine, Run
 from ..core.setup import Setup
 from .checkpoint import load_checkpoint
@@ -58,12 +59,6 @@ def single_threaded():
                 yield
     finally:
         torch.set_num_threads(before)
-
-
-def substeps_for(dt: float, longest: float = SUBSTEP) -> int:
-    """Latent steps per frame: dt / longest rounded up, where 1e-3 of a step over a whole number
-    (a frame time written to six digits, 0.041667 s) does not add a step."""
-    return max(1, int(math.ceil(dt / longest - 1e-3)))
 
 
 def blended(q, blend, rest) -> np.ndarray:
@@ -121,7 +116,7 @@ def run_config(setup: Setup, kind: str, integrator: str, sheet_layer: str, solid
     matched_solid = integrator == "matched" and kind == "solid"
     layer = kind == "cloth" and layer_wanted(sheet_layer, setup)
     return RunConfig(scheme="theta" if matched_solid else ("backward_euler" if integrator == "matched" else integrator),
-                     substeps=substeps_for(setup.dt, SOLID_STEP if matched_solid and not fine else SUBSTEP),
+                     substeps=substeps_per_frame(setup.dt, SOLID_STEP if matched_solid and not fine else SUBSTEP),
                      sheet_layer=layer, layer_proxy=layer and sheet_layer != "full" and proxy_wanted(setup),
                      solid_layer=fine, latent_follows=layer, closures=not layer)
 

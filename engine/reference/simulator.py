@@ -17,7 +17,6 @@ degrees of freedom through the interpolation matrix W (identity for cloth). Forc
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import scipy.sparse as sp
@@ -27,7 +26,7 @@ from ..core.colliders import is_closed_surface, signed_distance
 from ..core.errors import Cancelled, SimulationFault
 from ..core.geometry import lumped_vertex_areas
 from ..core.friction import changed, friction_contacts
-from ..core.physics import FLOOR_OMEGA2, carried_vertex_masses
+from ..core.physics import FLOOR_OMEGA2, carried_vertex_masses, substeps_per_frame
 from ..core.self_contact import LayerFriction, SheetSelfContact
 from ..core.setup import Setup
 from .budget import (BUDGET_RETRY_FACTOR, DEFAULT_BUDGET, RETRY_NEWTON_ITERATIONS, OutOfWork, SubstepWork, Work,
@@ -140,7 +139,7 @@ class ReferenceSimulator:
                               if self.cloth and setup.self_collision else None)
         self.W3 = sp.kron(self.W, sp.identity(3), format="csr")
         self.M3 = np.repeat(self.dof_mass, 3)
-        self.substeps = max(1, int(math.ceil(setup.dt / substep - 1e-9)))
+        self.substeps = substeps_per_frame(setup.dt, substep)
         self.h = setup.dt / self.substeps
         self.newton_iterations = newton_iterations
         self.tolerance = tolerance
@@ -213,6 +212,24 @@ class ReferenceSimulator:
         """One substep from state (y, v); it ends at fractional frame `frame + end` (where a moving
         collider is felt). Newton stops after `newton_iterations` even if it has not converged (a
         few substeps of ordinary scenes do), unless `must_converge` (then that runs out of work)."""
+        h, y_n = self.h, self.y
+        total, slip, (t_start, t_end), sheet_pairs = self.incremental_potential(frame, end)
+        yf = self._newton(total, y_n.ravel(), h, self.v.ravel(), must_converge)
+        for _ in range(FRICTION_UPDATES):
+            fresh = self._slip(yf.reshape(-1, 3), t_end, t_start, t_end, sheet_pairs)
+            if not any(changed(a, b) for a, b in zip(slip, fresh)):
+                break
+            slip[:] = fresh
+            yf = self._newton(total, yf, h, np.zeros_like(yf), must_converge)
+        y_new = yf.reshape(-1, 3)
+        self.v = (y_new - y_n) / h
+        self.y = y_new
+
+    def incremental_potential(self, frame, end=1.0):
+        """The substep from the state (y, v) that ends at fractional frame `frame + end`, as Newton
+        minimises it: (total, slip, (start, end) in frames, sheet pairs), where total(yf, need_hess)
+        gives (energy, gradient, Hessian) of the flattened DOFs and reads the friction contacts
+        `slip` (a list, renewed in place between Newton solves)."""
         h = self.h
         y_n, v_n = self.y, self.v
         x_prev = np.asarray(self.W @ y_n)
@@ -274,17 +291,7 @@ class ReferenceSimulator:
             if H_nodes is not None:
                 H = H + H_nodes
             return energy, grad, H.tocsc()
-
-        yf = self._newton(total, y_n.ravel(), h, v_n.ravel(), must_converge)
-        for _ in range(FRICTION_UPDATES):
-            fresh = self._slip(yf.reshape(-1, 3), t_end, t_start, t_end, sheet_pairs)
-            if not any(changed(a, b) for a, b in zip(slip, fresh)):
-                break
-            slip[:] = fresh
-            yf = self._newton(total, yf, h, np.zeros_like(yf), must_converge)
-        y_new = yf.reshape(-1, 3)
-        self.v = (y_new - y_n) / h
-        self.y = y_new
+        return total, slip, (t_start, t_end), sheet_pairs
 
     def _slip(self, y, frame, frame_start, frame_end, sheet_pairs=None):
         """[vertex, node, layer] friction contacts of the state y, found at `frame`: Coulomb

@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 
+from ..core.physics import substeps_per_frame
 from .budget import DEFAULT_BUDGET
 
 # Bump a kind's version when a change to the reference simulator, or to how a scene becomes a Setup
@@ -42,8 +43,11 @@ def mesh_digest(vertices, faces) -> str:
     return digest(np.asarray(vertices, np.float64), np.asarray(faces, np.int64))
 
 
-def run_settings(lattice_cells: int, substep: float, budget=DEFAULT_BUDGET) -> dict:
-    """The reference's settings that decide its frames."""
+def run_settings(lattice_cells: int, longest_substep: float, dt: float | None, budget=DEFAULT_BUDGET) -> dict:
+    """The reference's settings that decide its frames. The substep recorded is the one it takes at
+    the frame time dt (`core.physics.substeps_per_frame`; the longest allowed where dt is None): a
+    change to how many steps a frame takes then marks stale exactly the answers it moves."""
+    substep = longest_substep if dt is None else dt / substeps_per_frame(dt, longest_substep)
     return {"lattice_cells": int(lattice_cells), "substep": float(substep),
             "budget": budget.as_dict() if budget is not None else None}
 

@@ -257,7 +257,7 @@ def draw_sequence(seed: int, index: int, frames: int = 64, dt: float = 1.0 / 24.
     mesh = make_shape(family, rng, int(rng.integers(*target_vertices)))
     scenario, scene = draw_scene(rng, mesh, kind, frames, dt, law)
     split = "heldout" if family in HELDOUT_FAMILIES else ("validation" if rng.random() < VALIDATION_SHARE else "train")
-    stamp = reference_stamp(mesh.vertices, mesh.faces, scene, run_settings(lattice_cells, GENERATOR_SUBSTEP), kind)
+    stamp = reference_stamp(mesh.vertices, mesh.faces, scene, run_settings(lattice_cells, GENERATOR_SUBSTEP, dt), kind)
     return Draw(index, family, kind, mesh, scenario, scene, split, stamp)
 
 

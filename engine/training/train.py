@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import os
 import time
 from dataclasses import dataclass, replace
@@ -33,6 +32,7 @@ import torch
 from ..core.errors import NeurokError, SimulationFault
 from ..core.formats import read_sequence
 from ..core.material_params import Material
+from ..core.physics import substeps_per_frame
 from ..core.progress import ProgressBar
 from ..core.scene import MATERIAL_PRESETS, register_learned_presets, resolve_material, setup_from_sequence
 from ..learned.checkpoint import default_model_path, load_state, model_for_payload, read_payload, save_checkpoint
@@ -133,7 +133,7 @@ def rollout_loss(item: TrainItem, frames: int, rng=None, t0=None, noise=START_NO
     """Mean squared latent error (mass-weighted RMS displacement, diagonals) of a short rollout
     from a noisy encoded true state (random start frame unless `t0`), against the encoded true frames."""
     setup, scene, qs = item.setup, item.scene, item.qs
-    substeps = max(1, int(math.ceil(setup.dt / SUBSTEP - 1e-9)))
+    substeps = substeps_per_frame(setup.dt, SUBSTEP)
     h = setup.dt / substeps
     frames = min(frames, len(qs) - 2)
     t0 = int(rng.integers(1, len(qs) - frames)) if t0 is None else t0
