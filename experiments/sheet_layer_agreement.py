@@ -1,16 +1,17 @@
 """Where the sheet layer and the reference simulator part, on the evaluation's pinned sheets.
 
-1. *The laws.* The layer's incremental potential against the reference's, term by term as the
-   reference writes them (`ReferenceSimulator._step`: inertia, springs and bending, external
-   forces, pins, Rayleigh damping; no contact), at a trial state near a substep's inertia: the
-   largest gradient difference over the largest inertial force, with the layer's own pins (they
-   carry the whole sheet's mass) and with the reference's.
+1. *The laws.* The layer's incremental potential against the reference's
+   (`ReferenceSimulator.incremental_potential`: inertia, springs and bending, external forces,
+   pins, Rayleigh damping; no contact) at a trial state near a substep's inertia: the largest
+   gradient difference over the largest inertial force (`tests/test_mesh_physics.py` holds it on
+   a small sheet).
 2. *Convergence.* One substep from the reference's own state at a frame: the reference's Newton
-   answer against the layer's L-BFGS (from inertia, the reference's pins) after 20, 200 and 2,000
+   answer against the layer's L-BFGS (from inertia) after 20, 200 and 2,000
    iterations: the energy above the reference's answer and the positions' distance (RMS, mm).
-3. *The substep count.* A frame time written to six digits (0.041667 s, as the bundled flag_wind
-   scene has it) makes the reference take 3 substeps a frame where the learned run takes 2: the
-   reference at both, and the learned engine against each (`--frames` frames).
+3. *The substep count.* The reference's and the learned run's substeps a frame at the scene's
+   frame time: one law (`core.physics.substeps_per_frame`). Where they differ (a frame time written
+   to six digits, 0.041667 s, once made the reference take 3 where the run took 2), the reference at
+   both counts, and the learned engine against each (`--frames` frames).
 
     OMP_NUM_THREADS=1 python experiments/sheet_layer_agreement.py [--scenes grid flag_wind] [--frame 1] [--frames 36]
 
@@ -22,20 +23,6 @@ import argparse
 from dataclasses import replace
 
 import numpy as np
-
-
-def reference_terms(sim, frame, y_n, v_n, y):
-    """The reference's incremental-potential gradient at y, as `ReferenceSimulator._step` sums it
-    (no contact), [N,3]."""
-    import scipy.sparse as sp
-    h, mat = sim.h, sim.setup.material
-    pin_b, pin_c = sim.pins.linear_terms(frame + 1)
-    K_n = sim.elastic.energy_grad_hess(y_n)[2]
-    D = mat.air_damping * sp.diags(sim.M3) + mat.damping * K_n
-    yf = y.ravel()
-    grad = (sim.M3 / h ** 2 * (yf - (y_n + h * v_n).ravel()) + sim.elastic.energy_grad_hess(y, False)[1]
-            - sim._external_forces(frame) + sim.pins.energy_grad(yf, pin_b, pin_c)[1] + D @ (yf - y_n.ravel()) / h)
-    return grad.reshape(-1, 3)
 
 
 def advanced(sim, frames):
@@ -53,16 +40,10 @@ def laws(setup, frame):
     sim = advanced(ReferenceSimulator(setup, **REFERENCE_SETTINGS), frame)
     y_n, v_n, h = sim.y.copy(), sim.v.copy(), sim.h
     y = y_n + h * v_n + 1e-3 * np.random.default_rng(0).standard_normal(y_n.shape)
-    expected = reference_terms(sim, frame, y_n, v_n, y)
+    expected = sim.incremental_potential(frame)[0](y.ravel(), need_hess=False)[1].reshape(-1, 3)
     inertial = np.abs(sim.M3 / h ** 2 * (y - y_n - h * v_n).ravel()).max()
-    out = {}
-    for pins in ("the layer's own pins", "the reference's pins"):
-        layer = SheetLayer(setup)
-        if pins.startswith("the reference"):
-            layer.pin_k = sim.pins.k.copy()
-        potential = layer.incremental_potential(frame, y_n, v_n, h)
-        out[pins] = float(np.abs(np.asarray(potential(as_columns(y))[1]) - expected).max() / inertial)
-    return out, sim
+    potential = SheetLayer(setup).incremental_potential(frame, y_n, v_n, h)
+    return float(np.abs(np.asarray(potential(as_columns(y))[1]) - expected).max() / inertial), sim
 
 
 def convergence(setup, frame, sim, iterations=(20, 200, 2000)):
@@ -72,8 +53,6 @@ def convergence(setup, frame, sim, iterations=(20, 200, 2000)):
     sim._step(frame, end=1.0 / sim.substeps)
     answer = sim.y.copy()
     layer = SheetLayer(setup)
-    layer.pin_k = sim.pins.k.copy()
-    layer._planes = []
     potential = layer.incremental_potential(frame, y_n, v_n, h)
     e_answer = potential(as_columns(answer))[0]
     rows = []
@@ -97,16 +76,18 @@ def main(argv=None) -> int:
     from engine.reference.simulator import ReferenceSimulator
     torch.set_num_threads(1)
     for name, setup in sheet_setups(args.scenes, args.frames):
-        gaps, sim = laws(setup, args.frame)
-        for pins, gap in gaps.items():
-            print(f"{name} | laws, {pins}: largest gradient difference {gap:.1e} of the largest inertial force", flush=True)
+        gap, sim = laws(setup, args.frame)
+        print(f"{name} | laws: largest gradient difference {gap:.1e} of the largest inertial force", flush=True)
         for n, energy, rms in convergence(setup, args.frame, sim):
             print(f"{name} | frame {args.frame}'s first substep, L-BFGS {n} iterations: {energy:.2e} J above the "
                   f"reference's Newton answer, {rms:.3f} mm RMS from it", flush=True)
         counts = {dt: ReferenceSimulator(replace(setup, dt=dt), **REFERENCE_SETTINGS).substeps for dt in (setup.dt, 1.0 / 24.0)}
+        run = open_engine("neurok", device="cpu").prepare(setup)
+        print(f"{name} | substeps a frame at dt {setup.dt}: the reference {counts[setup.dt]}, the learned run "
+              f"{run.config.substeps}", flush=True)
         if len(set(counts.values())) > 1:
             refs = {dt: reference_rollout(replace(setup, dt=dt)) for dt in counts}
-            model = np.asarray(open_engine("neurok", device="cpu").prepare(setup).bake())
+            model = np.asarray(run.bake())
             (a, ref_a), (b, ref_b) = refs.items()
             print(f"{name} | the reference at dt {a} ({counts[a]} substeps a frame) against dt {b} ({counts[b]}): "
                   f"{distance_and_hold_still(ref_b, ref_a)[1]:.3f}x hold-still; the model against each: "

@@ -9,7 +9,7 @@ one reference rollout carries that spread: a model cannot be judged closer to th
 than the reference is to itself from a start a micrometre away.
 
     OMP_NUM_THREADS=1 python experiments/sheet_sensitivity.py [--scenes flag_wind grid drape]
-        [--starts 3] [--frames 36] [--noise 1e-6]
+        [--starts 3] [--frames 36] [--noise 1e-6] [--variants model "model, one-way"]
 
 Prints per scene and start the line of `scene_eval.sheet_summary` (distance over the rollout and
 over holding still, mean edge strain, flipped triangles, the far edge's fall by frame 4 or the
@@ -32,12 +32,24 @@ def perturbed(setup, noise, seed):
     return replace(setup, x0=x0 + noise * np.random.default_rng(seed).standard_normal(x0.shape))
 
 
+VARIANTS = ("model", "model, one-way")
+
+
+def prepared(engine, setup, variant):
+    """The learned run of one variant (`VARIANTS`), prepared."""
+    run = engine.prepare(setup)
+    if variant.endswith("one-way"):
+        run.config = replace(run.config, latent_follows=False)
+    return run
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenes", nargs="*", default=["flag_wind", "grid", "drape"])
     p.add_argument("--starts", type=int, default=3, help="perturbed starts per engine (besides the start as is)")
     p.add_argument("--frames", type=int, default=36, help="frames of the flag and grid (the drape: 48, as in the evaluation)")
     p.add_argument("--noise", type=float, default=1e-6, help="metres of noise on each coordinate of the first frame")
+    p.add_argument("--variants", nargs="*", default=["model", "model, one-way"], choices=VARIANTS)
     args = p.parse_args(argv)
     import torch
     from engine.api import open_engine
@@ -46,17 +58,14 @@ def main(argv=None) -> int:
     engine = open_engine("neurok", device="cpu")
     for name, setup in sheet_setups(args.scenes, args.frames):
         ref = reference_rollout(setup)
-        spread = {"reference": [], "model": [], "model, one-way": []}
+        spread = {"reference": [], **{variant: [] for variant in args.variants}}
         for seed in range(1, args.starts + 1):
             xs = reference_rollout(perturbed(setup, args.noise, seed))
             spread["reference"].append(distance_and_hold_still(xs, ref)[1])
             print(f"{name} | reference, start {seed}: {sheet_summary(xs, ref, setup, name)}", flush=True)
         for seed in range(args.starts + 1):
-            for who in ("model", "model, one-way"):
-                run = engine.prepare(perturbed(setup, args.noise, seed))
-                if who.endswith("one-way"):
-                    run.config = replace(run.config, latent_follows=False)
-                xs = np.asarray(run.bake())
+            for who in args.variants:
+                xs = np.asarray(prepared(engine, perturbed(setup, args.noise, seed), who).bake())
                 spread[who].append(distance_and_hold_still(xs, ref)[1])
                 label = "as is" if seed == 0 else f"start {seed}"
                 print(f"{name} | {who}, {label}: {sheet_summary(xs, ref, setup, name)}", flush=True)

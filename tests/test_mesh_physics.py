@@ -113,3 +113,27 @@ def test_the_layers_incremental_potential_is_its_own_gradient(fin):
     energy_f, grad_f = potential(np.asfortranarray(x))
     assert energy_f == pytest.approx(energy, rel=1e-13)
     np.testing.assert_allclose(grad_f, grad, rtol=1e-12, atol=1e-12 * np.abs(grad).max())
+
+
+def test_the_layers_substep_is_the_references_substep(fin):
+    """Not the elastic energy alone: the whole substep the layer's iterations minimise (inertia,
+    springs and bending, Rayleigh damping at x_n, air, pins, forces) has the gradient of the one the
+    reference's Newton minimises, pins by the same law (each pin holds its own vertex's mass)."""
+    from engine.reference.simulator import ReferenceSimulator
+    rest, faces = fin
+    scene = dict(CLOTH, material={"preset": "cloth", "damping": 0.02, "air_damping": 0.5},
+                 pins=[{"select": {"box": {"min": [-1, -1, -1], "max": [0.01, 1, 1]}}}],
+                 forces=[{"select": {"box": {"min": [-1, -1, -1], "max": [1, 1, 1]}}, "accel": [3, 0, 1]}])
+    setup = setup_from_scene(Mesh(rest, faces), scene)
+    reference, layer = ReferenceSimulator(setup), SheetLayer(setup)
+    np.testing.assert_allclose(layer.pin_k, reference.pins.k, rtol=1e-12)
+    rng = np.random.default_rng(2)
+    reference.y = rest + 0.01 * rng.standard_normal(rest.shape)
+    reference.v = 0.3 * rng.standard_normal(rest.shape)
+    total = reference.incremental_potential(1)[0]
+    potential = layer.incremental_potential(1, reference.y, reference.v, reference.h)
+    for scale in (1e-3, 1e-2):
+        x = reference.y + reference.h * reference.v + scale * rng.standard_normal(rest.shape)
+        g_ref = total(x.ravel(), need_hess=False)[1].reshape(-1, 3)
+        g_layer = np.asarray(potential(x)[1])
+        assert np.abs(g_layer - g_ref).max() <= 1e-9 * np.abs(g_ref).max()

@@ -27,15 +27,15 @@ def far_edge_fall(xs, rest):
 
 
 def test_a_flag_hinges_at_its_pole_in_the_first_gust(engine):
-    """The bundled flag in its gust: in 4 frames the reference's far edge falls 53 mm; the latent
-    step alone 26 mm (it bends as one card); with the layer 42 mm. Free fall would be 136 mm."""
+    """The bundled flag in its gust: in 4 frames the reference's far edge falls 50 mm; the latent
+    step alone 26 mm (it bends as one card); with the layer 44 mm. Free fall would be 136 mm."""
     mesh = read_mesh(str(ROOT / "assets/samples/flag.obj"))
     scene = dict(read_scene(str(ROOT / "assets/scenes/flag_wind.json")), frames=5)
     setup = setup_from_scene(mesh, scene)
     rest = np.asarray(setup.rest)
     layered = engine.prepare(setup, sheet_layer="on").bake()
     alone = engine.prepare(setup, sheet_layer="off").bake()
-    assert 0.040 < far_edge_fall(layered, rest) < 0.066     # within 25 % of the reference's 53 mm
+    assert 0.0375 < far_edge_fall(layered, rest) < 0.0625   # within 25 % of the reference's 50 mm
     assert far_edge_fall(alone, rest) < 0.035
     strain = MeshMeasures(rest, np.asarray(setup.faces)).edge_strain(layered[-1])
     assert np.abs(strain).mean() < 0.005                   # the membrane keeps its length (reference 0.1 %)
