@@ -17,7 +17,6 @@ degrees of freedom through the interpolation matrix W (identity for cloth). Forc
 """
 from __future__ import annotations
 
-
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
