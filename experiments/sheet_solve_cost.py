@@ -1,6 +1,6 @@
 """What one iteration of the sheet layer costs, piece by piece, on the bench's square sheet at
 1k, 10k and 100k vertices (one core): the prefactored solve as the layer takes it (single
-precision), in double precision, and with bending in the factor (and the factors' sizes), the fused incremental potential with its gradient, the L-BFGS two-loop
+precision, symmetric: no pivoting), with partial pivoting, in double precision, and with bending in the factor (and the factors' sizes), the fused incremental potential with its gradient, the L-BFGS two-loop
 with a full history, and how much stiffer a membrane spring is than its vertex's inertia over a
 substep (why motion across the sheet is hard for the isotropic rest system).
 
@@ -29,15 +29,16 @@ def main(argv=None) -> int:
     import scipy.sparse as sp
     import scipy.sparse.linalg as spla
     from engine.evaluation.bench import CLOTH_SCENE, bench_setup, bench_sheet
-    from engine.learned.quasi_newton import LAYER_MEMORY, two_loop as _two_loop
+    from engine.learned.quasi_newton import FACTOR_OPTIONS, LAYER_MEMORY, two_loop as _two_loop
     from engine.learned.sheet_layer import SheetLayer
     for n in args.sizes:
         setup = bench_setup(bench_sheet(n), 4, CLOTH_SCENE)
         layer = SheetLayer(setup)
         h = setup.dt / 2
         factor = layer._factor(h)
-        double = spla.splu(layer._factor_matrix(h).tocsc(), permc_spec="MMD_AT_PLUS_A")
-        with_bending = spla.splu((layer._factor_matrix(h) + layer.Q).tocsc(), permc_spec="MMD_AT_PLUS_A")
+        double = spla.splu(layer._factor_matrix(h).tocsc(), **FACTOR_OPTIONS)
+        with_bending = spla.splu((layer._factor_matrix(h) + layer.Q).tocsc(), **FACTOR_OPTIONS)
+        pivoting = spla.splu(layer._factor_matrix(h).astype(np.float32).tocsc(), permc_spec="MMD_AT_PLUS_A")
         rng = np.random.default_rng(0)
         x_n = np.asarray(setup.x0, np.float64)
         v_n = 0.1 * rng.standard_normal(x_n.shape)
@@ -47,8 +48,10 @@ def main(argv=None) -> int:
         history = [(rng.standard_normal(x_n.shape), rng.standard_normal(x_n.shape), 1.0) for _ in range(LAYER_MEMORY)]
         ratio = float(np.median(layer.springs.k) / np.median(layer.mass / h ** 2))
         g = np.asfortranarray(g)
+        g32 = np.asfortranarray(g, dtype=np.float32)
         print(f"{len(x_n)} vertices: solve {timed(lambda: factor.solve(g)):.2f} ms "
-              f"(double precision {timed(lambda: double.solve(g)):.2f} ms; "
+              f"(with partial pivoting, as before the factor was taken as symmetric: {timed(lambda: pivoting.solve(g32)):.2f} ms; "
+              f"double precision {timed(lambda: double.solve(g)):.2f} ms; "
               f"factor {factor.lu.L.nnz + factor.lu.U.nnz:,} entries; with bending in it {timed(lambda: with_bending.solve(g)):.2f} ms, "
               f"{with_bending.L.nnz + with_bending.U.nnz:,}) | potential and gradient {timed(lambda: potential(x_n + 0.01 * g)):.2f} ms"
               f" | two-loop {timed(lambda: _two_loop(g, history, factor.solve)) - timed(lambda: factor.solve(g)):.2f} ms"

@@ -9,6 +9,7 @@ import scipy.sparse.linalg as spla
 from scipy.linalg.blas import daxpy, ddot
 
 LAYER_MEMORY = 10              # curvature pairs kept
+FACTOR_OPTIONS = {"permc_spec": "MMD_AT_PLUS_A", "diag_pivot_thresh": 0.0, "options": {"SymmetricMode": True}}
 
 
 class PrefactoredSolve:
@@ -18,7 +19,10 @@ class PrefactoredSolve:
     `experiments/sheet_solve_cost.py`)."""
 
     def __init__(self, matrix):
-        self.lu = spla.splu(matrix.astype(np.float32).tocsc(), permc_spec="MMD_AT_PLUS_A")
+        # the layers' systems are symmetric positive definite: no pivoting, the fill-reducing
+        # order on A + A^T kept as it is (`SymmetricMode`), and the solve reads a factor laid out
+        # for it (the 2,000-vertex proxy of the 10k sheet: 0.35 -> 0.2 ms, the same entries)
+        self.lu = spla.splu(matrix.astype(np.float32).tocsc(), **FACTOR_OPTIONS)
 
     def solve(self, rhs):
         """[N,3] column-major in float64, like `rhs`."""

@@ -44,13 +44,13 @@ from scipy.linalg.blas import ddot
 
 from ..core.colliders import contact_planes
 from ..core.fields import total_accel, vertex_normals
-from ..core.geometry import lumped_vertex_areas
+from ..core.geometry import bbox_diagonal, lumped_vertex_areas
 from ..core.friction import coordinate_stiffness, coulomb_terms, friction_contacts
 from ..core.mesh_physics import EdgeSprings, bending_matrix, penalty_contact
 from ..core.physics import pin_stiffness
 from ..core.setup import SHEET_LAYER_CHOICES
 from ..core.self_contact import LayerFriction, SheetSelfContact, self_contact_penalty
-from .quasi_newton import LAYER_MEMORY, PrefactoredSolve, as_columns, coordinate_solves, quasi_newton
+from .quasi_newton import LAYER_MEMORY, PrefactoredSolve, as_columns, coordinate_solves, flat, quasi_newton
 
 LAYER_ITERATIONS = 20          # L-BFGS iterations per substep (fewer lose the flag's first fall: experiments/sheet_layer_designs.py)
 
@@ -87,10 +87,15 @@ class SheetLayer:
         self.springs = EdgeSprings(rest, faces, material.stiffness)
         self.Q = (bending_matrix(rest, faces) * material.bending).tocsr()
         self.QX = self.Q @ rest
-        diagonal = float(np.linalg.norm(np.ptp(rest, axis=0))) or 1.0
+        # the edge differences and bending of all three coordinates at once, on the iterations'
+        # column-major vectors flattened (one sparse product each instead of three)
+        self._D3 = sp.kron(sp.identity(3), self.springs.D, format="csr")
+        self._DT3 = self._D3.T.tocsr()
+        self._Q3 = sp.kron(sp.identity(3), self.Q, format="csr")
         # the reference's pins: each holds its own vertex's mass (the flag's pole gives 0.9 mm in the
         # wind, the reference's 0.7)
-        self.pin_k = pin_stiffness(np.asarray(setup.pin_weight, np.float64), self.mass, material, diagonal)
+        self.pin_k = pin_stiffness(np.asarray(setup.pin_weight, np.float64), self.mass, material,
+                                   bbox_diagonal(rest))
         self.air = material.air_damping
         self.beta = material.damping
         self.colliders = list(setup.colliders or [])
@@ -177,22 +182,28 @@ class SheetLayer:
         1/2 x.(a x + c Q x) - b.x: inertia, air drag and pins on the diagonal a, bending with its
         damping c = 1 + beta/h, the forces, targets and rest shape in b. The iterations' vectors
         are column-major (`as_columns`): each coordinate's column is contiguous, so the potential
-        works a coordinate at a time on whole columns."""
+        works on the three columns as one vector."""
         springs = self.springs
         beta_h = self.beta / h
         inertia, air = self.mass / h ** 2, self.air / h * self.mass
         target = np.asarray(self.setup.pin_target(frame + 1), dtype=np.float64)
-        a = inertia + air + self.pin_k
+        a = np.tile(inertia + air + self.pin_k, 3)
         bend = 1.0 + beta_h
-        b = as_columns(inertia[:, None] * (x_n + h * v_n) + air[:, None] * x_n + self.pin_k[:, None] * target
-                       + self.forces(frame, x_n, v_n) + self.QX + beta_h * (self.Q @ x_n))
+        b = flat(as_columns(inertia[:, None] * (x_n + h * v_n) + air[:, None] * x_n + self.pin_k[:, None] * target
+                            + self.forces(frame, x_n, v_n) + self.QX + beta_h * (self.Q @ x_n)))
         # the damping's springs at x_n: k [(1 - r) n n^T + r I] (`EdgeSprings.hessian_blocks`)
         d_n = self._edge_vectors(as_columns(x_n))
         dn_dn = _row_dot(d_n, d_n)
         length_n = np.maximum(np.sqrt(dn_dn), 1e-12)
         ratio = np.clip(1.0 - springs.rest_length / length_n, 0.0, None)
         damp_along, damp_all = beta_h * springs.k * (1.0 - ratio), beta_h * springs.k * ratio
-        k, rest_length, DT, Q = springs.k, springs.rest_length, springs.DT, self.Q
+        k, rest_length, DT3, Q3, n = springs.k, springs.rest_length, self._DT3, self._Q3, len(self.mass)
+        # the quadratic part is priced from inertia's prediction r, as u.(A (x + r) / 2 - b) with
+        # u = x - r: written as 1/2 x.Ax - b.x, its rounding (metres squared times the inertia's
+        # stiffness) outweighed the last iterations' decrease, and the line search took or
+        # refused a step on the rounding
+        r = flat(as_columns(x_n + h * v_n))
+        A_r = bend * (Q3 @ r) + a * r
 
         def potential(x):
             x = as_columns(x)
@@ -205,19 +216,20 @@ class SheetLayer:
             # each edge's force on its end j: (k s / l + damping) d - damping d_n + damp_along along n_n
             on_d = k * stretch / length + damp_all
             on_dn = damp_along * along / length_n - damp_all
-            grad = np.empty_like(x, order="F")
+            xf = flat(x)
+            g = Q3 @ xf
+            g *= bend
+            g += a * xf                                      # A x
+            mean = g + A_r
+            mean *= 0.5
+            mean -= b
             energy = 0.5 * float(np.dot(k, stretch * stretch) + np.dot(damp_along, along * along)
-                                 + np.dot(damp_all, moved))
-            for i in range(3):
-                g = Q @ x[:, i]
-                g *= bend
-                g += a * x[:, i]
-                g -= b[:, i]
-                energy += 0.5 * (ddot(x[:, i], g) - ddot(x[:, i], b[:, i]))
-                edge_force = on_d * d[:, i]
-                edge_force += on_dn * d_n[:, i]
-                g += DT @ edge_force
-                grad[:, i] = g
+                                 + np.dot(damp_all, moved)) + ddot(xf - r, mean)
+            g -= b
+            edge_force = d * on_d[:, None]
+            edge_force += d_n * on_dn[:, None]
+            g += DT3 @ flat(edge_force)
+            grad = g.reshape((n, 3), order="F")
             if self._planes:
                 e_contact, g_contact = self.contact(x)
                 energy, grad = energy + e_contact, grad + g_contact
@@ -235,11 +247,8 @@ class SheetLayer:
         return potential
 
     def _edge_vectors(self, x):
-        """[E,3] column-major: x_j - x_i per edge (i, j), a coordinate at a time."""
-        d = np.empty((len(self.springs.k), 3), order="F")
-        for i in range(3):
-            d[:, i] = self.springs.D @ x[:, i]
-        return d
+        """[E,3] column-major: x_j - x_i per edge (i, j), of x [N,3] column-major."""
+        return (self._D3 @ flat(x)).reshape((len(self.springs.k), 3), order="F")
 
     def elastic(self, x):
         """(energy, gradient [N,3]) of the membrane and bending alone at x (the reference's
