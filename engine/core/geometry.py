@@ -6,6 +6,12 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def bbox_diagonal(x) -> float:
+    """The length of the bounding box's diagonal of points x [N,3] (1 where they all coincide): the
+    size a body's pins, tolerances and distances are measured against."""
+    x = np.asarray(x, np.float64)
+    return float(np.linalg.norm(x.max(axis=0) - x.min(axis=0))) or 1.0
+
 
 @dataclass
 class Normalisation:

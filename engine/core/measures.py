@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .geometry import face_columns, face_cross, face_edges, is_closed, mesh_volume
+from .geometry import bbox_diagonal, face_columns, face_cross, face_edges, is_closed, mesh_volume
 
 ROTATION_POINTS = 2_000   # points the best-fit rotation is taken from (a fixed sample)
 
@@ -81,7 +81,7 @@ class MeshMeasures:
     @property
     def diagonal(self) -> float:
         if not hasattr(self, "_diagonal"):
-            self._diagonal = float(np.linalg.norm(np.ptp(self.rest, axis=0))) or 1.0
+            self._diagonal = bbox_diagonal(self.rest)
         return self._diagonal
 
     def _normals(self, x):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.geometry import triangle_areas
+from ..core.geometry import bbox_diagonal, triangle_areas
 from ..core.measures import best_rotation
 
 REPORT_FRAMES = (1, 10, 50, 100, 200)
@@ -28,11 +28,6 @@ HORIZONS = (24, 100)            # plus "all": the whole rollout
 CHAMFER_POINTS = 2048
 CHAMFER_FRAMES = 25
 UNSTABLE_RADIUS = 10.0          # in rest half-diagonals
-
-
-def bbox_diagonal(rest) -> float:
-    rest = np.asarray(rest, np.float64)
-    return float(np.linalg.norm(rest.max(axis=0) - rest.min(axis=0))) or 1.0
 
 
 def rel_l2_curve(pred, true, diag) -> np.ndarray:

@@ -28,8 +28,9 @@ import numpy as np
 
 def measures(pred, true, setup) -> dict:
     """rel_l2 over the rollout and the plausibility a viewer sees first, of `pred` against `true`."""
+    from ..core.geometry import bbox_diagonal
     from ..core.measures import MeshMeasures
-    diag = float(np.linalg.norm(np.ptp(setup.rest, axis=0)))
+    diag = bbox_diagonal(setup.rest)
     n = min(len(pred), len(true))
     dist = np.linalg.norm(pred[:n] - true[:n], axis=-1).mean(axis=1) / diag
     frames = [MeshMeasures(setup.rest, setup.faces).frame(x) for x in pred[1:n]]

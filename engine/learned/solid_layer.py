@@ -43,6 +43,7 @@ import torch
 from ..core.friction import coordinate_stiffness, coulomb_terms, friction_contacts
 from ..core.mesh_physics import penalty_contact
 from ..core.fields import total_accel, vertex_normals
+from ..core.geometry import bbox_diagonal
 from ..core.physics import FLOOR_OMEGA2, carried_vertex_masses, pin_stiffness
 from ..core.colliders import contact_planes
 from .quasi_newton import LAYER_MEMORY, PrefactoredSolve, as_columns, coordinate_solves, quasi_newton
@@ -108,11 +109,11 @@ class SolidLayer:
         self.mass = mass
         # kg per surface vertex, the reference's rule (the floor's penalty and painted forces go by it)
         self.vertex_mass = carried_vertex_masses(self.W, mass)
-        diagonal = float(np.linalg.norm(np.ptp(self.rest, axis=0))) or 1.0
         # the pins hold the lattice under a pinned face whole, as the subspace's handles do
         held = np.asarray(setup.pin_weight, np.float64)
         node_held = held_nodes(*held_points(lattice, sub.rest, sub.faces, held))
-        self.pin_k = pin_stiffness(np.zeros(n) if node_held is None else node_held, mass, material, diagonal)   # [n]
+        self.pin_k = pin_stiffness(np.zeros(n) if node_held is None else node_held, mass, material,
+                                   bbox_diagonal(self.rest))   # [n]
         self._pinned = np.nonzero(held > 0)[0]
         self.beta, self.air = material.damping, material.air_damping      # Rayleigh D = air M + beta K
         # the isotropic rest stiffness: Y (2 mu + lambda) sum_g w_g |F_g - I|^2 / 2 has Hessian L (x) I_3

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ..core.geometry import pinned_surface
+from ..core.geometry import bbox_diagonal, pinned_surface
 from ..core.physics import pin_stiffness
 
 
@@ -48,7 +48,7 @@ def held_nodes(lattice, setup):
     rest = np.concatenate([np.asarray(setup.rest, dtype=np.float64)[pinned], face_points])
     pin_w = np.concatenate([pin_w[pinned], face_w])
     # coordinates recorded in float32 (a replayed sequence) must select the same nodes
-    tol = 1e-5 * float(np.linalg.norm(np.ptp(np.asarray(setup.rest), axis=0)) or 1.0)
+    tol = 1e-5 * bbox_diagonal(setup.rest)
     sides = []                                          # per axis: the cell below and above each vertex
     for a in range(3):
         planes = lattice.planes[a]

@@ -23,7 +23,7 @@ import scipy.sparse.linalg as spla
 
 from ..core.colliders import is_closed_surface, signed_distance
 from ..core.errors import Cancelled, SimulationFault
-from ..core.geometry import lumped_vertex_areas
+from ..core.geometry import bbox_diagonal, lumped_vertex_areas
 from ..core.friction import changed, friction_contacts
 from ..core.physics import FLOOR_OMEGA2, carried_vertex_masses, substeps_per_frame
 from ..core.self_contact import LayerFriction, SheetSelfContact
@@ -102,7 +102,7 @@ class ReferenceSimulator:
         mat = setup.material
         rest = np.asarray(setup.rest, dtype=np.float64)
         n = len(rest)
-        self.diagonal = float(np.linalg.norm(rest.max(axis=0) - rest.min(axis=0))) or 1.0
+        self.diagonal = bbox_diagonal(rest)
         self.cloth = mat.kind == "cloth"
         self.direct_solve = self.cloth  # stiff springs: CG converges slowly
         self.colliders = list(setup.colliders)

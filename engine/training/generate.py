@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.formats import NeurokError, atomic_write_text, read_sequence, write_sequence
+from ..core.geometry import bbox_diagonal
 from ..core.material_params import Material
 from ..core.progress import ProgressBar
 from ..core.scene import resolve_material, setup_from_scene
@@ -113,7 +114,7 @@ def random_scene(rng, mesh, kind, frames, dt):
              "initial": {"velocity": [0.0, 0.0, 0.0]}}
     if kind == "cloth":         # folds that hold, as the add-on's cloth has by default
         scene["self_collision"] = True
-    size = float(np.linalg.norm(np.ptp(mesh.vertices, axis=0)))
+    size = bbox_diagonal(mesh.vertices)
     zmin = float(mesh.vertices[:, 2].min())
     whole = _box([0, 0, 0], [1, 1, 1])
     strength = lambda lo, hi: log_uniform(rng, lo, hi)  # noqa: E731

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.formats import FormatError, NeurokError, Sequence, atomic_write_bytes, read_mesh, read_pc2, write_sequence
+from ..core.geometry import bbox_diagonal
 from ..core.scene import resolve_material
 
 MDD_HEADER = struct.Struct(">ii")
@@ -118,7 +119,7 @@ def blender_cloth_material(settings: dict, fps: float, spring_length: float, are
 def _axes_note(rest: np.ndarray, frame0: np.ndarray, where: str):
     """Blender's OBJ/PLY exporters write Y-up by default while point caches stay Z-up. When frame 0
     matches the rest mesh only after that swap, return the fixed rest and a note."""
-    diag = float(np.linalg.norm(np.ptp(rest, axis=0))) or 1.0
+    diag = bbox_diagonal(rest)
     gap = float(np.linalg.norm(frame0 - rest, axis=1).mean()) / diag
     if gap <= AXIS_MISMATCH:
         return rest, None
