@@ -1,13 +1,13 @@
 """The bench's learned-engine frame against another commit's, run alternately in one process.
 
-    OMP_NUM_THREADS=1 .venv/bin/python experiments/ab_speed.py --base COMMIT [--scene sphere|cloth|contact] [--rounds 6]
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/ab_speed.py --base COMMIT [--scene sphere|cloth|cloth_folds|contact] [--rounds 6]
 
 On a shared machine one bench run can be 30 % off the next; alternating the two engines in one
 process puts both under the same load. The base commit is checked out into a temporary git
 worktree whose engine/ is imported under another package name (the engine imports itself
 relatively, so both copies load side by side). Each round runs `bench.bench_neurok` once per
 engine on the bench's 10k scene (`--scene sphere`: the pinned, pushed rubber sphere; `cloth`: the
-sheet in a gust; `contact`: the sphere thrown along a floor with friction), 24 frames; prints the
+sheet in a gust; `cloth_folds`: the same with self-collision, as the add-on's cloth runs; `contact`: the sphere thrown along a floor with friction), 24 frames; prints the
 best and the median ms per frame of each.
 """
 from __future__ import annotations
@@ -45,6 +45,8 @@ def prepared(package: str, scene: str, vertices: int, frames: int):
         setup = bench.bench_setup(bench.bench_mesh(vertices), frames)
     elif scene == "contact":
         setup = bench.contact_setup(bench.bench_mesh(vertices), frames)
+    elif scene == "cloth_folds":
+        setup = bench.bench_setup(bench.bench_sheet(vertices), frames, dict(bench.CLOTH_SCENE, self_collision=True))
     else:
         setup = bench.bench_setup(bench.bench_sheet(vertices), frames, bench.CLOTH_SCENE)
     return bench, engine, setup
@@ -53,7 +55,7 @@ def prepared(package: str, scene: str, vertices: int, frames: int):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--base", required=True, help="the commit to compare against")
-    p.add_argument("--scene", choices=("sphere", "cloth", "contact"), default="sphere")
+    p.add_argument("--scene", choices=("sphere", "cloth", "cloth_folds", "contact"), default="sphere")
     p.add_argument("--vertices", type=int, default=10_000)
     p.add_argument("--frames", type=int, default=24)
     p.add_argument("--rounds", type=int, default=6)

@@ -41,6 +41,9 @@ from .geometry import face_edges
 from .physics import FLOOR_OMEGA2
 
 SEARCH_MARGIN = 0.25    # pairs are taken up to (1 + this) x the thickness (the solve may go past its guess)
+# a pair without a plane (its closest point on an edge or corner) measures its gap along the plane's
+# normal within this sine of the angle about the triangle's plane, and beyond it: min(length, height / this)
+GAP_WEDGE = 0.2
 BAND = 0.4              # pairs up to this many mean edge lengths beyond that at rest are listed
 
 
@@ -417,21 +420,26 @@ class ContactPairs:
         return len(self.nodes)
 
     def gaps(self, x):
-        """Each pair's gap [K] at x [N,3] and the unit vector [K,3] along which it grows. A pair
-        whose closest points were inside its triangle (edges) keeps that plane: its gap is the
-        height over it along the start's direction (linear in x: the sheet may slide along the
-        plane as far as it likes). One whose closest point was on the triangle's edge or corner
-        has none: its gap is the distance between its two material points, negative where the
-        vertex has crossed its triangle's plane (as it was at the start) to the other side. Along
-        the start's direction instead, a vertex sliding past such an edge would climb it (that
-        direction leans); signed by that direction, one sliding fast past it would snag."""
+        """Each pair's gap [K] at x [N,3] and the direction [K,3] along which it grows (its
+        gradient in the vector between the pair's material points). A pair whose closest points
+        were inside its triangle (edges) keeps that plane: its gap is the height over it along the
+        start's direction (linear in x: the sheet may slide along the plane as far as it likes).
+        One whose closest point was on the triangle's edge or corner has none: its gap is the
+        distance between its two material points, min(length, height / GAP_WEDGE) with height
+        over the triangle's plane (as it was at the start): negative where the vertex has crossed
+        that plane, and continuous where it passes beside the edge at the plane's height (signed
+        by the side alone, the gap jumped from +length to -length there, and so did the energy:
+        the sheet layer's line search stalled on it). Along the start's direction instead, a
+        vertex sliding past such an edge would climb it (that direction leans)."""
         d = (self.between @ np.ravel(x)).reshape(-1, 3)
         along = np.einsum("ki,ki->k", d, self.normal)
         length = np.linalg.norm(d, axis=1)
-        side = np.where(np.einsum("ki,ki->k", d, self.plane) < 0.0, -1.0, 1.0)
+        height = np.einsum("ki,ki->k", d, self.plane)
         point = ~self.inside & (length > 1e-12)
-        gap = np.where(point, side * length, along)
-        direction = np.where(point[:, None], side[:, None] * d / np.where(point, length, 1.0)[:, None], self.normal)
+        low = point & (height < GAP_WEDGE * length)           # within the wedge about the plane, or beyond it
+        gap = np.where(point, np.where(low, height / GAP_WEDGE, length), along)
+        direction = np.where(low[:, None], self.plane / GAP_WEDGE,
+                             np.where(point[:, None], d / np.where(point, length, 1.0)[:, None], self.normal))
         return gap, direction
 
 
