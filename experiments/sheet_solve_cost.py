@@ -1,5 +1,5 @@
 """What one iteration of the sheet layer costs, piece by piece, on the bench's square sheet at
-1k, 10k and 100k vertices (one core): the prefactored solve as the layer takes it (single
+1k, 10k and 100k vertices and on the proxies a Medium run of the larger ones iterates on (one core): the prefactored solve as the layer takes it (single
 precision, symmetric: no pivoting), with partial pivoting, in double precision, and with bending in the factor (and the factors' sizes), the fused incremental potential with its gradient, the L-BFGS two-loop
 with a full history, and how much stiffer a membrane spring is than its vertex's inertia over a
 substep (why motion across the sheet is hard for the isotropic rest system).
@@ -31,8 +31,14 @@ def main(argv=None) -> int:
     from engine.evaluation.bench import CLOTH_SCENE, bench_setup, bench_sheet
     from engine.learned.quasi_newton import FACTOR_OPTIONS, LAYER_MEMORY, two_loop as _two_loop
     from engine.learned.sheet_layer import SheetLayer
+    from engine.core.setup import SHEET_PROXY_VERTICES
+    from engine.learned.sheet_proxy import SheetProxy
+    setups = []
     for n in args.sizes:
-        setup = bench_setup(bench_sheet(n), 4, CLOTH_SCENE)
+        setups.append(("", bench_setup(bench_sheet(n), 4, CLOTH_SCENE)))
+        if n > SHEET_PROXY_VERTICES:      # what a Medium run iterates on
+            setups.append((f" (the proxy of the {n:,}-vertex sheet)", SheetProxy(setups[-1][1]).setup))
+    for label, setup in setups:
         layer = SheetLayer(setup)
         h = setup.dt / 2
         factor = layer._factor(h)
@@ -49,7 +55,7 @@ def main(argv=None) -> int:
         ratio = float(np.median(layer.springs.k) / np.median(layer.mass / h ** 2))
         g = np.asfortranarray(g)
         g32 = np.asfortranarray(g, dtype=np.float32)
-        print(f"{len(x_n)} vertices: solve {timed(lambda: factor.solve(g)):.2f} ms "
+        print(f"{len(x_n)} vertices{label}: solve {timed(lambda: factor.solve(g)):.2f} ms "
               f"(with partial pivoting, as before the factor was taken as symmetric: {timed(lambda: pivoting.solve(g32)):.2f} ms; "
               f"double precision {timed(lambda: double.solve(g)):.2f} ms; "
               f"factor {factor.lu.L.nnz + factor.lu.U.nnz:,} entries; with bending in it {timed(lambda: with_bending.solve(g)):.2f} ms, "
