@@ -229,7 +229,7 @@ class NeurokObjectSettings(bpy.types.PropertyGroup):
         name="Self Collision", default=True,
         description="Cloth: keep the sheet's folds apart by a thickness layer, so no part passes through another "
                     "(both engines; like Cloth ▸ Shape ▸ Self Collisions). Costs a search for close pairs once a "
-                    "substep, most where the sheet lies in many layers (about twice the frame on a 10k-vertex "
+                    "substep, most where the sheet lies in many layers (about 1.6x the frame on a 10k-vertex "
                     "sheet in a gust): turn it off for a sheet that never folds onto itself")
     self_distance: FloatProperty(
         name="Distance", default=_scene.DEFAULT_SELF_DISTANCE, min=1e-4, soft_max=0.05, precision=4, subtype='DISTANCE', unit='LENGTH',
