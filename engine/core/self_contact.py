@@ -436,10 +436,11 @@ class ContactPairs:
         length = np.linalg.norm(d, axis=1)
         height = np.einsum("ki,ki->k", d, self.plane)
         point = ~self.inside & (length > 1e-12)
+        gap = np.where(point, length, along)
+        direction = np.where(point[:, None], d / np.where(point, length, 1.0)[:, None], self.normal)
         low = point & (height < GAP_WEDGE * length)           # within the wedge about the plane, or beyond it
-        gap = np.where(point, np.where(low, height / GAP_WEDGE, length), along)
-        direction = np.where(low[:, None], self.plane / GAP_WEDGE,
-                             np.where(point[:, None], d / np.where(point, length, 1.0)[:, None], self.normal))
+        gap = np.where(low, height / GAP_WEDGE, gap)
+        direction = np.where(low[:, None], self.plane / GAP_WEDGE, direction)
         return gap, direction
 
 

@@ -189,7 +189,8 @@ class SheetLayer:
         target = np.asarray(self.setup.pin_target(frame + 1), dtype=np.float64)
         a = np.tile(inertia + air + self.pin_k, 3)
         bend = 1.0 + beta_h
-        b = flat(as_columns(inertia[:, None] * (x_n + h * v_n) + air[:, None] * x_n + self.pin_k[:, None] * target
+        inertial = x_n + h * v_n
+        b = flat(as_columns(inertia[:, None] * inertial + air[:, None] * x_n + self.pin_k[:, None] * target
                             + self.forces(frame, x_n, v_n) + self.QX + beta_h * (self.Q @ x_n)))
         # the damping's springs at x_n: k [(1 - r) n n^T + r I] (`EdgeSprings.hessian_blocks`)
         d_n = self._edge_vectors(as_columns(x_n))
@@ -202,7 +203,7 @@ class SheetLayer:
         # u = x - r: written as 1/2 x.Ax - b.x, its rounding (metres squared times the inertia's
         # stiffness) outweighed the last iterations' decrease, and the line search took or
         # refused a step on the rounding
-        r = flat(as_columns(x_n + h * v_n))
+        r = flat(as_columns(inertial))
         A_r = bend * (Q3 @ r) + a * r
 
         def potential(x):
