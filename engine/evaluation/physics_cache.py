@@ -23,6 +23,7 @@ again; the others are read as they are.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -306,8 +307,7 @@ def source_digest(job: Job) -> str:
     """What the job runs on: the mesh and scene, or the arrays of the sequence file (not its bytes,
     which carry the time it was written)."""
     if job.source[0] == "sequence":
-        with np.load(job.source[1], allow_pickle=False) as z:
-            return digest(*[[k, z[k]] for k in sorted(z.files)])
+        return sequence_facts(job.source[1])[0]
     _, mesh, scene = job.source
     return digest(mesh_digest(mesh.vertices, mesh.faces), scene)
 
@@ -315,8 +315,7 @@ def source_digest(job: Job) -> str:
 def frame_time(job: Job) -> float | None:
     """The job's seconds between frames (None for a job on a model)."""
     if job.source[0] == "sequence":
-        with np.load(job.source[1], allow_pickle=False) as z:
-            return float(z["dt"])
+        return sequence_facts(job.source[1])[1]
     if job.source[0] == "scene":
         return float(job.source[2].get("dt", SCENE_DEFAULTS["dt"]))
     return None
@@ -325,10 +324,24 @@ def frame_time(job: Job) -> float | None:
 def body_kind(job: Job) -> str:
     """"solid" or "cloth": which of the reference's physics versions decides the job."""
     if job.source[0] == "sequence":
-        with np.load(job.source[1], allow_pickle=False) as z:
-            return json.loads(str(z["material"])).get("kind", "solid")
+        return sequence_facts(job.source[1])[2]
     material = job.source[2].get("material") or {}
     return material["kind"] if isinstance(material, dict) and "kind" in material else resolve_material(material).kind
+
+
+def sequence_facts(path) -> tuple[str, float | None, str]:
+    """(digest of its arrays, seconds between frames, kind of body) of a sequence file, read once
+    while the file is unchanged (a stamp asks for all three, for every kept job of a set)."""
+    st = os.stat(path)
+    return _sequence_facts(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _sequence_facts(path: str, mtime_ns: int, size: int) -> tuple[str, float | None, str]:
+    with np.load(path, allow_pickle=False) as z:
+        dt = float(z["dt"]) if "dt" in z.files else None
+        kind = json.loads(str(z["material"])).get("kind", "solid") if "material" in z.files else "solid"
+        return digest(*[[k, z[k]] for k in sorted(z.files)]), dt, kind
 
 
 def job_label(job: Job) -> str:
