@@ -121,7 +121,7 @@ class CoarseLevel:
 def two_level(coarse, factor):
     """`sheet_layer.quasi_newton` with one coarse Newton step (`CoarseLevel`) before each L-BFGS
     step; every accepted step's curvature pair joins the history."""
-    from engine.learned.quasi_newton import line_search as _line_search, two_loop as _two_loop
+    from engine.learned.quasi_newton import flat, line_search as _line_search, two_loop as _two_loop
 
     def solve(potential, x, precondition, iterations, memory, history):
         energy, grad = potential(x)
@@ -132,7 +132,7 @@ def two_level(coarse, factor):
                 step = -precondition(grad)
             x1, e1, g1, moved = _line_search(potential, x, energy, grad, step)
             if moved:
-                s, y = x1 - x, g1 - grad
+                s, y = flat(x1 - x), flat(g1 - grad)
                 if float(np.vdot(s, y)) > 1e-300:
                     history.append((s, y, 1.0 / float(np.vdot(s, y))))
                     del history[:-memory]

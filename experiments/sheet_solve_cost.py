@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         layer._planes = []
         potential = layer.incremental_potential(0, x_n, v_n, h)
         g = rng.standard_normal(x_n.shape)
-        history = [(rng.standard_normal(x_n.shape), rng.standard_normal(x_n.shape), 1.0) for _ in range(LAYER_MEMORY)]
+        history = [(rng.standard_normal(x_n.size), rng.standard_normal(x_n.size), 1.0) for _ in range(LAYER_MEMORY)]
         ratio = float(np.median(layer.springs.k) / np.median(layer.mass / h ** 2))
         g = np.asfortranarray(g)
         g32 = np.asfortranarray(g, dtype=np.float32)

@@ -97,8 +97,8 @@ def quasi_newton(potential, x, precondition, iterations, memory, history, trace=
         x1, e1, g1, moved = line_search(potential, x, energy, grad, step)
         if not moved:
             break
-        s, y = x1 - x, g1 - grad
-        sy = dot(s, y)
+        s, y = flat(x1 - x), flat(g1 - grad)      # kept flat (views): the two-loop reads them as they are
+        sy = ddot(s, y)
         if sy > 1e-300:
             history.append((s, y, 1.0 / sy))
             del history[:-memory]
@@ -110,16 +110,16 @@ def quasi_newton(potential, x, precondition, iterations, memory, history, trace=
 
 def two_loop(grad, history, precondition):
     """L-BFGS's product of its inverse-Hessian estimate with the gradient (BLAS in place: at 10k
-    vertices numpy's temporaries cost as much as the prefactored solve). Vectors are flattened
-    column-major (`flat`), the result has grad's shape, column-major."""
+    vertices numpy's temporaries cost as much as the prefactored solve). The pairs (s, y, 1/s.y)
+    are flat (`flat`); the result has grad's shape, column-major."""
     shape = grad.shape
     q = flat(grad).copy()
     alphas = []
     for s, y, rho in reversed(history):
-        alpha = rho * ddot(flat(s), q)
-        q = daxpy(flat(y), q, a=-alpha)
+        alpha = rho * ddot(s, q)
+        q = daxpy(y, q, a=-alpha)
         alphas.append(alpha)
     r = flat(np.asarray(precondition(q.reshape(shape, order="F")))).copy()
     for (s, y, rho), alpha in zip(history, reversed(alphas)):
-        r = daxpy(flat(s), r, a=alpha - rho * ddot(flat(y), r))
+        r = daxpy(s, r, a=alpha - rho * ddot(y, r))
     return r.reshape(shape, order="F")
