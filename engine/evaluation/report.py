@@ -608,13 +608,14 @@ def set_truth(cfg) -> str:
     cells = cfg.get("set_lattice", GENERATOR_LATTICE)
     if cells >= CONVERGED_LATTICE:
         return (f"Ground truth: the reference at the generator's substep on the converged {cells}-cell lattice the "
-                "model's solid training data is made on. On the generator's 4 cells a body stands on its lattice's "
-                "flat sole: this set's squeezed union stayed upright there (5°) where on 8 and 12 cells it tips over "
-                "and rolls, as the model's does (`experiments/ground_truth_convergence.py --data data/eval/small`).")
+                "model's solid training data is made on. On the generator's 4 cells, before solid physics 4, a body "
+                "stood on its lattice's flat sole: this set's squeezed union stayed upright there (5°) where on 8 and "
+                "12 cells it tips over and rolls, as the model's does (`experiments/ground_truth_convergence.py --data "
+                "data/eval/small`).")
     return (f"Ground truth: the reference at the generator's settings, whose {cells}-cell lattice is not converged for "
             "solids (a stiffer body: 0.09 rel_l2 off a dropped blob's converged path, where the model is 0.19 from "
-            "that path; a body stands on its lattice's flat sole, so a squeezed one stays upright that tips over on "
-            "8 cells; docs/DESIGN_NOTES.md §6). Read these rows as agreement with that coarse reference; the "
+            "that path; before solid physics 4 a body stood on its lattice's flat sole there, so a squeezed one stayed "
+            "upright that tips over on 8 cells; docs/DESIGN_NOTES.md §6). Read these rows as agreement with that coarse reference; the "
             "held-out scenes above are judged against converged ground truth.")
 
 

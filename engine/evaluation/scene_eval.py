@@ -27,8 +27,8 @@ from .plausibility import crossing_triangle_pairs
 from .scenes import DRAPE_TABLE, beam_mesh, beam_scene, evaluation_scenes, overhang_tilt
 
 # Quadratic cells along a solid's longest side for the ground truth (the reference caps a body at
-# 500 occupied cells). At the generator's 4 the soft toy is 24 cells and its bottom layer of
-# nodes holds it upright on a flat sole wider than its feet, and the torus has one cell through
+# 500 occupied cells). At the generator's 4 the soft toy is 24 cells and (before solid physics 4) its
+# bottom layer of nodes held it upright on a flat sole wider than its feet, and the torus has one cell through
 # its tube; at 12 the solids' paths are within 0.003 (toy) of their 16-cell paths, where 4 cells
 # were 0.24 from them (`experiments/ground_truth_convergence.py`, docs/EVALUATION.md).
 EVALUATION_LATTICE = 12

@@ -55,8 +55,8 @@ SMALL_SCENES = ("toy_drop", "jelly_poke", "flag_wind", "torus", "grid", "drape")
 ALL_SCENES = ("toy_drop", "jelly_poke", "flag_wind", "monkey", "cone", "torus", "cylinder", "uv_sphere", "ico_sphere", "grid", "drape")
 
 # The evaluation set's lattice (`set_lattice`): the converged one the model's solid training data is made
-# on. On the generator's 4 cells a body stands on its lattice's flat sole: the squeezed union of the small
-# set stayed upright there (5 deg) where on 8 and 12 cells it tips over and rolls, as the model's does, and
+# on. On the generator's 4 cells a body stood on its lattice's flat sole before solid physics 4: the squeezed
+# union of the small set stayed upright there (5 deg) where on 8 and 12 cells it tips over and rolls, as the model's does, and
 # the dropped superquadric's path was 0.60 from its 8-cell path (`experiments/ground_truth_convergence.py
 # --data data/eval/small`). The full preset's set is still the generator's: made again on 8 cells it is
 # about 3 hours of one core (left for a run of its own).

@@ -35,8 +35,8 @@ VALIDATION_SHARE = 0.1
 SCENARIOS = ("drop", "push", "poke", "wind", "squeeze", "twist", "swing")
 GENERATOR_LATTICE = 4          # quadratic cells (9 nodes a side), coarser than the default reference (6): fast
 # At 8 cells two dropped blobs took their 12-cell paths (the reference's 500-cell cap makes the same
-# lattice), where the generator's 4 were 0.06-0.09 off them: a stiffer body, standing on a sole of
-# cells (docs/MODEL_CARD.md, "Training data that is the physics"). Training data for a model judged
+# lattice), where the generator's 4 were 0.06-0.09 off them: a stiffer body, standing (before solid physics
+# 4) on a sole of cells (docs/MODEL_CARD.md, "Training data that is the physics"). Training data for a model judged
 # against converged ground truth needs it: `neurok generate --lattice 8` (about 10x the time).
 CONVERGED_LATTICE = 8
 GENERATOR_SUBSTEP = 1.0 / 48.0
