@@ -1,7 +1,7 @@
 """Balance: a ball at rest, equal and opposite pushes, a ball thrown along the floor (issue 23).
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/balance.py [--model CKPT] [--radius 0.25] [--json OUT.json]
-        [--cases throw] [--cells 8] [--lattice-floor body] [--solid-layer on] [--layer-iterations 20 60]
+        [--cases throw] [--cells 8] [--lattice-floor nodes] [--solid-layer on] [--layer-iterations 20 60]
         [--no-reference]
 
 A UV sphere (`evaluation.scenes.uv_sphere`, 16 rings x 32 segments) of `--radius` metres, 72
@@ -16,7 +16,8 @@ frames at 1/24 s (3 s), each case in the learned engine and in the reference sim
 
 `--cases` runs only the cases whose names start with these words; `--cells` and `--lattice-floor`
 set the reference's lattice (default: the evaluation's, 12 cells; `--order` its elements) and how its nodes meet the floor
-(`reference.simulator.LATTICE_FLOORS`; "body": the body stands on the floor, not on its lattice's sole).
+(`reference.simulator.LATTICE_FLOORS`; default "body", the reference's own: the body stands on the floor;
+"nodes": the lattice's nodes too, a flat sole, as before solid physics 4).
 `--solid-layer on` runs the learned engine with its fine level (`learned/solid_layer.py`), once per
 `--layer-iterations` count; `--no-reference` leaves the reference out (the model's rows alone).
 """
@@ -61,6 +62,7 @@ def main(argv=None) -> int:
     from engine.core.setup import DETAILS
     from engine.evaluation.scene_eval import reference_rollout
     from engine.evaluation.scenes import uv_sphere
+    from engine.reference.simulator import LATTICE_FLOORS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None)
     p.add_argument("--radius", type=float, default=0.25)
@@ -69,7 +71,8 @@ def main(argv=None) -> int:
                    help="the learned engine's level of detail (a scene's \"detail\")")
     p.add_argument("--cases", nargs="*", default=None, help="only the cases starting with these words (rest, push, throw)")
     p.add_argument("--cells", type=int, default=None, help="the reference's lattice (default: the evaluation's)")
-    p.add_argument("--lattice-floor", default="nodes", help="how the reference's lattice nodes meet the floor")
+    p.add_argument("--lattice-floor", choices=LATTICE_FLOORS, default="body",
+                   help="how the reference's lattice nodes meet the floor")
     p.add_argument("--order", type=int, choices=(1, 2), default=None,
                    help="the reference's elements: 1 linear, 2 quadratic tetrahedra (default: the evaluation's)")
     p.add_argument("--solid-layer", choices=("off", "on"), default="off", help="the learned engine's fine level")

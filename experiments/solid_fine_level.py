@@ -4,10 +4,10 @@ reference, on the cases it was built for: the poked torus and the jelly ball thr
     OMP_NUM_THREADS=1 .venv/bin/python experiments/solid_fine_level.py [torus] [throw]
         [--cells 0 16] [--iterations 20 60] [--truth nodes|body] [--json OUT] [--sheet DIR]
 
-- torus: the evaluation's poked torus against its 12-cell reference (`--truth nodes`: the one
-  `make eval-small` keeps, eval_out/small/scenes/torus.npz, whose lattice nodes meet the floor, so the
-  torus stands on its lattice's flat sole; `--truth body`: the same reference with the body alone on
-  the floor, `lattice_floor="body"`, made once into eval_out/fine_level/, about 4 minutes); distance
+- torus: the evaluation's poked torus against its 12-cell reference (`--truth body`: the one
+  `make eval-small` keeps, eval_out/small/scenes/torus.npz, the body alone on the floor; `--truth
+  nodes`: the same reference with its lattice nodes on the floor too, so the torus stands on its
+  lattice's flat sole, as before solid physics 4, made once into eval_out/fine_level/, about 4 minutes); distance
   over the whole rollout and the first 24 frames over hold-still's (target <= 0.3x), and the centre's
   sag under its own weight before the poke (frame 4, mm);
 - throw: `experiments/balance.py`'s jelly ball thrown at 2 m/s; where its centre is after 3 s (m;
@@ -59,19 +59,19 @@ def timed_bake(run):
 
 
 def torus_truth(setup, truth: str, kept: Path) -> np.ndarray:
-    """The torus's 12-cell reference frames: the kept ones ("nodes"), or made once with the body
-    alone on the floor ("body")."""
-    if truth == "nodes":
+    """The torus's 12-cell reference frames: the kept ones ("body"), or made once with the lattice's
+    nodes on the floor too ("nodes")."""
+    if truth == "body":
         return np.load(kept)["reference"]
     from engine.evaluation.scene_eval import REFERENCE_SETTINGS, reference_rollout
-    cached = Path("eval_out/fine_level/torus_body.npy")
+    cached = Path("eval_out/fine_level/torus_nodes.npy")
     if not cached.exists():
         cached.parent.mkdir(parents=True, exist_ok=True)
-        np.save(cached, reference_rollout(setup, dict(REFERENCE_SETTINGS, lattice_floor="body")))
+        np.save(cached, reference_rollout(setup, dict(REFERENCE_SETTINGS, lattice_floor="nodes")))
     return np.load(cached)
 
 
-def torus_case(engine, cells, iterations, truth="nodes"):
+def torus_case(engine, cells, iterations, truth="body"):
     from engine.core.scene import setup_from_scene
     from engine.evaluation.scenes import evaluation_scenes
     kept = Path("eval_out/small/scenes/torus.npz")
@@ -118,8 +118,8 @@ def main(argv=None) -> int:
     p.add_argument("cases", nargs="*", default=["torus", "throw"])
     p.add_argument("--cells", type=int, nargs="*", default=[0])
     p.add_argument("--iterations", type=int, nargs="*", default=[20])
-    p.add_argument("--truth", choices=("nodes", "body"), default="nodes",
-                   help="the torus's reference: its lattice's nodes meet the floor (kept), or the body alone")
+    p.add_argument("--truth", choices=("nodes", "body"), default="body",
+                   help="the torus's reference: the body alone meets the floor (kept), or its lattice's nodes too")
     p.add_argument("--json", default=None)
     p.add_argument("--sheet", default=None, help="write a contact sheet per case into this folder")
     args = p.parse_args(argv)

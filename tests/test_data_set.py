@@ -225,8 +225,8 @@ def test_data_holds_every_evaluation_scenes_reference(tmp_path):
 def test_the_evaluation_sets_in_data_are_current_and_on_their_presets_lattice():
     """Each preset's evaluation set kept in data/eval is made on its preset's lattice, none of it stale,
     and the oracle runs on the lattice its sequences were made on. The small set is on the converged
-    8 cells: on the generator's 4 a body stands on its lattice's flat sole, and the squeezed union that
-    tips over and rolls on 8 and 12 cells (as the model's does) stayed upright."""
+    8 cells: on the generator's 4 a body stood on its lattice's flat sole before solid physics 4, and the
+    squeezed union that tips over and rolls on 8 and 12 cells (as the model's does) stayed upright."""
     from engine.evaluation.metrics import eval_jobs
     from engine.evaluation.physics_cache import DATA
     from engine.evaluation.suite import PRESETS, eval_set_plan

@@ -297,8 +297,9 @@ def test_dropped_body_lands_on_floor_and_comes_to_rest():
 def test_a_box_on_its_edge_falls_onto_a_face_when_only_the_body_meets_the_floor():
     """A rubber cube turned 30 deg about y stands on one edge, its centre of mass beside it: it must
     fall onto a face (turn back about 30 deg, its centre 30 mm lower). The lattice's cells reach past
-    the body; with lattice_floor "body" its nodes outside the body may sink below the floor, so only
-    the body stands on it (with "nodes", today's physics, the lattice's flat sole holds the cube up)."""
+    the body; its nodes outside the body may sink below the floor (lattice_floor "body", the default),
+    so only the body stands on it (with "nodes", solid physics 3, the lattice's flat sole held the cube
+    up on its edge)."""
     from engine.core.measures import best_rotation
     size, turn = 0.2, np.radians(30.0)
     mesh = box_mesh((size, size, size), (4, 4, 4), lo=(-0.1, -0.1, -0.1))
@@ -307,7 +308,7 @@ def test_a_box_on_its_edge_falls_onto_a_face_when_only_the_body_meets_the_floor(
     floor = float(mesh.vertices[:, 2].min())
     setup = setup_from_scene(mesh, scene(frames=16, dt=1.0 / 24.0, material={"preset": "rubber"},
                                          floor={"z": floor, "friction": 0.5}))
-    xs = frames_of(ReferenceSimulator(setup, lattice_cells=4, lattice_floor="body"))
+    xs = frames_of(ReferenceSimulator(setup, lattice_cells=4))
     turned = np.degrees(np.arccos(np.clip(best_rotation(xs[0], xs[-1])[2, 2], -1.0, 1.0)))
     drop = xs[0].mean(axis=0)[2] - xs[-1].mean(axis=0)[2]
     flat = size / 2 - (mesh.vertices.mean(axis=0)[2] - floor)          # its centre's height on a face, less on the edge

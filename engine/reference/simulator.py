@@ -39,12 +39,12 @@ from .solid import StableNeoHookean
 
 DEFAULT_SUBSTEP = 1.0 / 96.0    # longest substep, seconds
 DEFAULT_ORDER = 2               # quadratic tetrahedra: no bending locking
-# How a solid's lattice nodes meet the floor. "nodes": each at the floor's height, as the vertices (the
-# physics of PHYSICS_VERSIONS solid 3). The lattice's cells reach past the body, so its bottom nodes
-# make a flat sole: a rubber box dropped on its corner stands on it, and a body squeezed between
-# two pushes stays upright on 4 cells where it tips over on 8 and 12 (docs/PHYSICS.md, "The floor under
-# the lattice"). "body": a node may sink below the floor as far as it lies outside the body at rest, so
-# only the body itself stands on the floor (nodes inside it still keep the cells from folding).
+# How a solid's lattice nodes meet the floor. "body" (the default, PHYSICS_VERSIONS solid 4): a node may
+# sink below the floor as far as it lies outside the body at rest, so only the body itself stands on the
+# floor (nodes inside it still keep the cells from folding). "nodes" (solid 3 and before): each node at the
+# floor's height, as the vertices; the lattice's cells reach past the body, so its bottom nodes make a flat
+# sole: a rubber box on its edge stands on it, and a body squeezed between two pushes stays upright on 4
+# cells where it tips over on 8 and 12 (docs/PHYSICS.md, "The floor under the lattice").
 LATTICE_FLOORS = ("nodes", "body")
 # friction's normal forces are taken at the substep's start, then again at its solution while they
 # change (a contact that starts or ends in the substep): IPC's lagged updates
@@ -90,7 +90,7 @@ class ReferenceSimulator:
 
     def __init__(self, setup: Setup, lattice_cells: int = DEFAULT_LATTICE_CELLS, substep: float = DEFAULT_SUBSTEP,
                  newton_iterations: int = 20, tolerance: float = 1e-5, order: int = DEFAULT_ORDER,
-                 self_contact: bool = True, budget: Work | None = DEFAULT_BUDGET, lattice_floor: str = "nodes"):
+                 self_contact: bool = True, budget: Work | None = DEFAULT_BUDGET, lattice_floor: str = "body"):
         if lattice_floor not in LATTICE_FLOORS:
             raise ValueError(f"lattice_floor must be one of {LATTICE_FLOORS}, got {lattice_floor!r}")
         self.setup = setup
@@ -122,8 +122,9 @@ class ReferenceSimulator:
             self.elastic = StableNeoHookean(lat.nodes, lat.tets, mat.stiffness, mat.poisson, order=order,
                                             i2_share=mat.i2_share)
             self.dof_mass = mat.density * lat.node_volume
-        # how far below the floor each degree of freedom may go: nothing for a cloth's vertices and (by
-        # default) for a solid's lattice nodes; with lattice_floor "body", as far as the node lies outside
+        # how far below the floor each degree of freedom may go: nothing for a cloth's vertices (or, with
+        # lattice_floor "nodes", a solid's lattice nodes); by default, as far as the node lies outside
+        # the body at rest
         self.node_floor_depth = np.zeros(len(self.rest_dofs))
         if self.lattice is not None and lattice_floor == "body":
             self.node_floor_depth = node_depth_outside(self.rest_dofs, rest, np.asarray(setup.faces))

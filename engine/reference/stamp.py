@@ -21,7 +21,9 @@ from .budget import DEFAULT_BUDGET
 #   solid 3: the lattice's Kuhn split mirrored in every other cell (a symmetric body stays symmetric)
 #   cloth 3: a self-contact pair without a plane measures a gap continuous where it passes an edge
 #            (`core.self_contact.ContactPairs.gaps`)
-PHYSICS_VERSIONS = {"solid": 3, "cloth": 3}
+#   solid 4: only the body meets the floor: a lattice node may sink below it as far as it lies outside
+#            the body at rest (`simulator.LATTICE_FLOORS`; before, every node stood on it, a flat sole)
+PHYSICS_VERSIONS = {"solid": 4, "cloth": 3}
 
 
 def physics_version(kind: str) -> int:
