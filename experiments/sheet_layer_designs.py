@@ -133,8 +133,9 @@ def two_level(coarse, factor):
             x1, e1, g1, moved = _line_search(potential, x, energy, grad, step)
             if moved:
                 s, y = flat(x1 - x), flat(g1 - grad)
-                if float(np.vdot(s, y)) > 1e-300:
-                    history.append((s, y, 1.0 / float(np.vdot(s, y))))
+                sy = float(np.vdot(s, y))
+                if sy > 1e-300:
+                    history.append((s, y, 1.0 / sy))
                     del history[:-memory]
                 x, energy, grad = x1, e1, g1
 
