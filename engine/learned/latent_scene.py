@@ -9,6 +9,7 @@ the same object with gradients on, so what is trained is exactly what runs.
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse as sp
 import torch
 
@@ -298,7 +299,9 @@ class LatentScene:
         gram = self.sub.vertex_gram
         self.vertex_gram = gram                      # B^T M B over the vertices (the OOD score uses it too)
         K = K * (np.trace(gram) / max(np.trace(K), 1e-300))
-        self._encode_lhs = gram + 1e-8 * K + 1e-12 * np.eye(self.dims)
+        # factored once: every substep of a creasing sheet encodes its velocity (a fresh solve
+        # was 0.6 ms of it at 264 coordinates); LU, as np.linalg.solve takes, so the same digits
+        self._encode_factor = scipy.linalg.lu_factor(gram + 1e-8 * K + 1e-12 * np.eye(self.dims))
 
     def pull_back(self, f) -> np.ndarray:
         """B^T f [d] of vertex vectors f [N,3]. A sheet's basis is its handles' affine maps blended
@@ -311,14 +314,18 @@ class LatentScene:
         z = np.concatenate([per_handle[:, :, :3].reshape(-1, 9), per_handle[:, :, 3]], axis=1)   # A row-major, b
         return self.sub.handle_transform.T @ z.ravel()
 
+    def _encoded(self, pulled_back):
+        """The latent vector(s) whose mass-weighted projection is `pulled_back` ([d] or [d,k])."""
+        return scipy.linalg.lu_solve(self._encode_factor, pulled_back)
+
     def encode(self, x_norm) -> torch.Tensor:
         """Latent of vertex positions [N,3] (normalised)."""
         u = np.asarray(x_norm, dtype=np.float64) - self.sub.rest
-        return _t(np.linalg.solve(self._encode_lhs, self.pull_back(self.vertex_mass[:, None] * u)), self.device)
+        return _t(self._encoded(self.pull_back(self.vertex_mass[:, None] * u)), self.device)
 
     def encode_velocity(self, v_norm) -> torch.Tensor:
         v = np.asarray(v_norm, dtype=np.float64).reshape(-1, 3)
-        return _t(np.linalg.solve(self._encode_lhs, self.pull_back(self.vertex_mass[:, None] * v)), self.device)
+        return _t(self._encoded(self.pull_back(self.vertex_mass[:, None] * v)), self.device)
 
     def velocity_encoder(self, J):
         """`encode_velocity` of the vertex velocities J v, for velocities v [P,3] (normalised) of P
@@ -326,7 +333,7 @@ class LatentScene:
         one function: its matrix [d, 3P] is made once, so a call costs O(P d), not O(N H)."""
         n, p = J.shape
         weighted = (J.T @ sp.diags(self.vertex_mass)).tocsr()          # no mass-weighted copy of the basis
-        E = np.linalg.solve(self._encode_lhs, np.asarray(weighted @ self._B.reshape(n, -1)).reshape(3 * p, self.dims).T)
+        E = self._encoded(np.asarray(weighted @ self._B.reshape(n, -1)).reshape(3 * p, self.dims).T)
         return lambda v_norm: _t(E @ np.asarray(v_norm, dtype=np.float64).ravel(), self.device)
 
     def _pins(self):
