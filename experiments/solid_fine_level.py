@@ -71,7 +71,7 @@ def torus_truth(setup, truth: str, kept: Path) -> np.ndarray:
     return np.load(cached)
 
 
-def torus_case(engine, cells, iterations, truth="body"):
+def torus_case(engine, cells, iterations, truth):
     from engine.core.scene import setup_from_scene
     from engine.evaluation.scenes import evaluation_scenes
     kept = Path("eval_out/small/scenes/torus.npz")
@@ -96,7 +96,7 @@ def torus_case(engine, cells, iterations, truth="body"):
             "ms_per_frame": ms, **plausibility(frames, setup), **plausibility(ref, setup, "reference_")}
 
 
-def throw_case(engine, cells, iterations, truth=None):
+def throw_case(engine, cells, iterations, truth):
     import runpy
     from engine.core.scene import setup_from_scene
     from engine.evaluation.scenes import uv_sphere
