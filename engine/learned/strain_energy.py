@@ -435,7 +435,6 @@ class StrainEnergy(nn.Module):
     def cloth(self, y, rest_lengths, feats, need_hess=True, project=True, compression=None):
         """(psi [K], dpsi/dy [K,6], PSD d2psi/dy2 [K,6,6]) of the edge membrane + correction;
         `compression`: a compressed edge's share of the stiffness (`compression_share`)."""
-        S = EDGE_SELECT.to(y)
         e = _edges(y)                                                   # [K,3,3]
         length = torch.linalg.norm(e, dim=-1).clamp(min=1e-12)
         strain = length / rest_lengths - 1.0
@@ -448,9 +447,8 @@ class StrainEnergy(nn.Module):
         pull = ((scale / 3.0) * weighted / rest_lengths)[..., None] * unit
         grad = torch.cat([pull[:, 0] - pull[:, 2], pull[:, 1] + pull[:, 2]], -1)
         correction = self.corrected()
-        if correction or need_hess:
-            de = torch.einsum("kei,eij->kej", unit, S) / rest_lengths[..., None]   # d strain_e / dy  [K,3,6]
         if correction:
+            de = torch.einsum("kei,eij->kej", unit, EDGE_SELECT.to(y)) / rest_lengths[..., None]   # d strain_e / dy  [K,3,6]
             s1, s2 = strain.sum(-1), (strain ** 2).sum(-1)
             psi_c, g_c, S_c = self._correction(torch.stack([s1, s2], -1), cloth_correction_terms(s1, s2), feats)
             dinv = torch.stack([de.sum(1), 2.0 * torch.einsum("ke,kej->kj", strain, de)], 1)   # [K,2,6]
@@ -458,12 +456,16 @@ class StrainEnergy(nn.Module):
             grad = grad + torch.einsum("ki,kia->ka", g_c, dinv) / 3.0
         if not need_hess:
             return psi, grad, None
-        # membrane Hessian; projected: with the compressive part dropped (as the reference does)
-        proj = torch.eye(3, dtype=y.dtype, device=y.device) - unit[..., :, None] * unit[..., None, :]
-        d2e = torch.einsum("eia,keij,ejb->keab", S, proj, S) / (rest_lengths * length)[..., None, None]
+        # membrane Hessian, edge by edge a 3 x 3 block a I + b u u^T (stretch along the edge, its
+        # tension across it) placed by the edge's ends; projected: with the compressive part
+        # dropped (as the reference does)
         bend_in = weighted.clamp(min=0.0) if project else weighted
-        stiff = de if w is None else w[..., None] * de
-        hess = scale / 3.0 * (torch.einsum("kea,keb->kab", stiff, de) + torch.einsum("ke,keab->kab", bend_in, d2e))
+        across = bend_in / (rest_lengths * length)
+        along = (1.0 if w is None else w) / rest_lengths ** 2 - across
+        block = (across[..., None, None] * torch.eye(3, dtype=y.dtype, device=y.device)
+                 + along[..., None, None] * unit[..., :, None] * unit[..., None, :])          # [K,3,3,3]
+        first, second, between = block[:, 0] + block[:, 2], block[:, 1] + block[:, 2], -block[:, 2]
+        hess = scale / 3.0 * torch.cat([torch.cat([first, between], -1), torch.cat([between, second], -1)], -2)
         if correction:   # Gauss-Newton in the invariants (their own curvature left out), made PSD
             hess = hess + dinv.transpose(-1, -2) @ project_psd(S_c / 3.0) @ dinv
         return psi, grad, hess
