@@ -26,7 +26,8 @@ DESIGNS = ("latent alone", "layer (2 x 20)", "layer (2 x 12)", "layer (1 x 30)",
            "split preconditioner from inertia (2 x 20)", "projective dynamics (2 x 30)",
            "theta method, 3/4 (1 x 20)", "theta method, 3/4 (1 x 30)", "layer (2 x 15)",
            "layer, one-way (2 x 20)", "layer, one-way (2 x 15)", "layer, position follows too (2 x 20)",
-           "coarse preconditioner (2 x 20)", "deflated coarse preconditioner (2 x 20)")
+           "coarse preconditioner (2 x 20)", "deflated coarse preconditioner (2 x 20)",
+           "latent once a frame (2 x 20)")
 
 
 def theta_layer(layer, theta):
@@ -204,6 +205,29 @@ def position_follows(run):
     run._layer_substep = substep
 
 
+def latent_once_a_frame(run):
+    """One latent step a frame (over the whole frame, not each substep): each of the layer's n
+    substeps starts from inertia plus 1/n^2 of the frame step's move beyond inertia (backward
+    Euler's h^2 a); the latent position takes the frame step's at the frame's end, its velocity
+    follows the layer's after every substep in the air, as shipped."""
+    from engine.learned.runtime import RunState
+    layer, dt, taken = run.layer, run.setup.dt, {}
+
+    def substep(frame, end, state, h):
+        q, qd, x, v = state.q, state.qd, state.x, state.v
+        n = max(1, round(dt / h))
+        k = max(1, round((end - frame) * n))
+        if k == 1:
+            q1, qd1 = run._advance(frame, q, qd, dt)
+            taken.update(q=q1, qd=qd1, beyond=(q1 - q - dt * qd) / n ** 2)
+        guess = x + h * v + run._layer_move(taken["beyond"])
+        x1, v1, history = layer.step(frame, end, x, v, h, guess=guess, history=state.history)
+        last = k == n
+        qd_next = run._held_velocity(v1) if not layer.touching else (taken["qd"] if last else qd)
+        return RunState(taken["q"] if last else q, qd_next, x1, v1, history)
+    run._layer_substep = substep
+
+
 def with_solver(layer, make_solver, guess_too=True):
     """The layer's step with `sheet_layer.quasi_newton` replaced by make_solver(x_n, h)'s."""
     from engine.learned import sheet_layer
@@ -247,6 +271,8 @@ def prepared(model, setup, design):
         position_follows(run)
     if "coarse preconditioner" in design:
         coarse_preconditioned(run, layer, deflated=design.startswith("deflated"))
+    if design.startswith("latent once"):
+        latent_once_a_frame(run)
     if "from inertia" in design:
         run._layer_substep = lambda frame, end, state, h: RunState(state.q, state.qd, *layer.step(
             frame, end, state.x, state.v, h, None, state.history))
