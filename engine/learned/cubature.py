@@ -81,7 +81,7 @@ class ElementForces:
         self.kind, self.G, self.offset, self.rest_lengths = kind, G, offset, rest_lengths
 
     def local(self, q):
-        return self.offset + np.einsum("emd,d->em", self.G, q)
+        return self.offset + (self.G.reshape(-1, self.G.shape[2]) @ q).reshape(self.offset.shape)
 
     def valid(self, q) -> bool:
         if self.kind != "solid":
