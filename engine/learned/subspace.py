@@ -440,6 +440,13 @@ def handle_jacobian(points, centre, weights):
     return joined.reshape(P, 3, 12 * H)
 
 
+def handle_scalars(points, centre, weights) -> np.ndarray:
+    """[P,4H]: w_h(X) (Xc, 1), the scalar functions one displacement component's columns of
+    `handle_jacobian` hold (`component_columns`), the same for every component."""
+    affine = np.concatenate([points - centre, np.ones((len(points), 1))], axis=1)
+    return (weights[:, :, None] * affine[:, None, :]).reshape(len(points), -1)
+
+
 def component_columns(handles: int, component: int) -> np.ndarray:
     """The handle coordinates (`handle_jacobian`'s order: A_h row-major, then b_h) that move one
     displacement component: row `component` of each A_h and that entry of b_h."""
@@ -447,8 +454,9 @@ def component_columns(handles: int, component: int) -> np.ndarray:
                                                                    3 * component + 2, 9 + component)])
 
 
-def mass_orthonormal_transform(J, mass, drop=1e-9) -> np.ndarray:
-    """T [12H,d] such that the columns of J T span the same displacements as J [n,3,12H], with
+def mass_orthonormal_transform(scalar, mass, drop=1e-9) -> np.ndarray:
+    """T [12H,d] such that the columns of J T span the same displacements as J [n,3,12H]
+    (`handle_jacobian`, whose components' columns are the scalar functions `scalar` [n,4H]), with
     (J T)^T diag(m) (J T) = I; directions the nodes cannot feel (e.g. stretching across a flat
     sheet) are dropped. T q are the handles' own coordinates of q.
 
@@ -459,14 +467,13 @@ def mass_orthonormal_transform(J, mass, drop=1e-9) -> np.ndarray:
     blocks of those, a third of the work), and the basis no longer depends on how LAPACK splits the
     threefold eigenvalue this makes (two threads gave another rotation of the same space; a
     symmetric shape's own repeated eigenvalues still can be split either way)."""
-    handles = J.shape[2] // 12
-    scalar = J[:, 0, component_columns(handles, 0)]                  # [n,4H]: w_h(X) (Xc, 1)
+    handles = scalar.shape[1] // 4
     G = scalar.T @ (mass[:, None] * scalar)
     vals, vecs = np.linalg.eigh(G)
     keep = vals > drop * vals.max()
     Ts = canonical_turn(vecs[:, keep] / np.sqrt(vals[keep]), G)
     k = Ts.shape[1]
-    T = np.zeros((J.shape[2], 3 * k))
+    T = np.zeros((12 * handles, 3 * k))
     for i in range(3):
         T[component_columns(handles, i), i * k:(i + 1) * k] = Ts
     return T
@@ -586,10 +593,15 @@ def build_subspace(rest, faces, kind: str, handles: int, lattice_cells: int, sam
     if node_held is not None:
         weights = held_weights(weights, functions, node_held)
     centre = (node_mass[:, None] * nodes).sum(axis=0)
-    J = handle_jacobian(nodes, centre, weights)
-    transform = mass_orthonormal_transform(J, node_mass)
-    node_basis = (J.reshape(-1, J.shape[2]) @ transform).reshape(len(nodes), 3, -1)
-    d = node_basis.shape[2]
+    scalar = handle_scalars(nodes, centre, weights)
+    transform = mass_orthonormal_transform(scalar, node_mass)
+    d = transform.shape[1]
+    # J T component by component (J itself, [n,3,12H], is 0.9 GB at 100k vertices): each
+    # component's block is the scalar functions times the same d/3 columns of T
+    per_component = scalar @ transform[component_columns(weights.shape[1], 0), :d // 3]
+    node_basis = np.zeros((len(nodes), 3, d))
+    for i in range(3):
+        node_basis[:, i, i * d // 3:(i + 1) * d // 3] = per_component
     vertex_basis = (W @ node_basis.reshape(len(nodes), -1)).reshape(len(x), 3, d)
     contact = farthest_point_sample(x, contact_samples)
     common = dict(kind="solid" if solid else "cloth", norm=norm, rest=x, faces=faces, nodes=nodes,
