@@ -543,6 +543,23 @@ def test_fitted_cubature_matches_full_integration():
     assert rms < 0.005 * diagonal(mesh)
 
 
+def test_the_cubature_fit_weights_are_the_least_squares_ones_of_the_samples_it_keeps():
+    """The greedy fit refits its weights on the chosen samples' own small system (their QR), which
+    must give what non-negative least squares on the whole tall system gives: on a fit with more
+    samples than it compresses (a sheet's 2,000-4,000 triangles), the weights it returns are
+    scipy's NNLS on those columns, and they fit the target within the tolerance."""
+    import scipy.optimize
+    from engine.learned.cubature import COMPRESS_COLUMNS, greedy_nnls
+    rng = np.random.default_rng(0)
+    columns = COMPRESS_COLUMNS + 300
+    A = np.abs(rng.normal(size=(1500, columns)))
+    b = A[:, rng.choice(columns, 40, replace=False)] @ rng.uniform(0.5, 2.0, 40)
+    chosen, weights = greedy_nnls(A, b, tolerance=0.02, cap=200)
+    assert np.all(weights > 0)
+    assert np.linalg.norm(A[:, chosen] @ weights - b) <= 0.02 * np.linalg.norm(b)
+    assert weights == pytest.approx(scipy.optimize.nnls(A[:, chosen], b)[0], rel=1e-8, abs=1e-10)
+
+
 def test_a_hanging_bar_stretches_as_the_reference_says():
     """Pa means Pa: Blender's 0.1 x 0.1 x 1 m bar (E = 100 kPa, rho = 1000, nu = 0.3) hanging from its
     top face, with the classical density (an untrained model) in its subspace with the fitted
